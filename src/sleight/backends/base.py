@@ -1,0 +1,167 @@
+"""The one interface every instrument talks to, and the records it returns.
+
+The shape follows lm-evaluation-harness's ``LM`` split of *context* and *continuation*:
+a context is rendered once with the model's own chat template, continuations are token ids
+appended to it. Engines (``hf``, ``vllm``) implement :class:`LanguageModel`; the instruments
+never import an engine directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What every record names about the model that produced it."""
+
+    spec: str  # what the user asked for (name, path or hub id)
+    model_id: str  # resolved id (hub id, folder or GGUF file name)
+    revision: str  # file hash (GGUF sha256) or hub revision, "" when unknown
+    chat_template_sha256: str
+    tokenizer: str
+    engine: str
+    engine_version: str
+    dtype: str
+    device: str
+    batch_size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sha256_text(text: str | None) -> str:
+    """Hash of a chat template (or any text); '' when there is none."""
+    return hashlib.sha256(text.encode()).hexdigest() if text else ""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A chat after the model's template: the exact text and the ids the model sees."""
+
+    text: str
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """What a decoding hook asks for instead of the token the model just proposed.
+
+    ``retract`` already accepted tokens are withdrawn (their positions are masked out of the KV
+    cache, never recomputed), then ``force`` is appended token by token, each recorded with the
+    model's own log-probability for it at the position where it lands. The proposed token is
+    discarded. Tokens past the budget are dropped, so the budget is never exceeded.
+    """
+
+    force: tuple[int, ...]
+    retract: int = 0
+
+
+@runtime_checkable
+class Hook(Protocol):
+    """Called for every model-chosen token before it is accepted.
+
+    ``output`` is the row's accepted tokens so far; ``proposed`` is the model's greedy choice,
+    an end-of-sequence id when the model wants to stop, or ``None`` when the budget is spent
+    (the reply is about to end). Return an :class:`Edit`, or ``None`` to accept.
+    """
+
+    def __call__(self, row: int, output: Sequence[int], proposed: int | None) -> Edit | None: ...
+
+
+@dataclass
+class Generation:
+    """One decoded row: per accepted token, the model's view of that position.
+
+    All arrays are aligned with ``token_ids``. ``top_ids``/``top_logprobs`` are the k most probable
+    tokens at that step (log-softmax over the whole vocabulary), ``entropy`` is the exact entropy of
+    the full distribution in nats, ``logprobs`` the log-probability of the accepted token, which is
+    the model's own even for a forced token.
+    """
+
+    token_ids: list[int]
+    logprobs: np.ndarray
+    top_ids: np.ndarray  # (n, k) int
+    top_logprobs: np.ndarray  # (n, k) float32
+    entropy: np.ndarray  # (n,) float32
+    forced: np.ndarray  # (n,) bool
+    finish_reason: str  # "stop" (end-of-sequence chosen) or "length" (budget spent)
+    edits: list[int] = field(default_factory=list)  # output index of the first token of each edit
+
+    @property
+    def surprisal(self) -> np.ndarray:
+        return -self.logprobs
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A causal LM whose whole next-token distribution can be read."""
+
+    info: ModelInfo
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens kept (so a rendered prompt round-trips)."""
+
+    def token_text(self, token_id: int) -> str:
+        """The surface string of one token (the vocabulary entry, byte-level markers resolved)."""
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> Rendered:
+        """Apply the model's chat template; ``prefill`` opens the assistant turn and stays open."""
+
+    def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """(len(seqs), vocab) float32 log-softmax at the end of each sequence."""
+
+    def continuation_logprobs(
+        self, context: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Per-token log-probabilities of each continuation after ``context`` (one array each)."""
+
+    def greedy(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        hook: Hook | Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
+        top_k: int = 20,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Generation]:
+        """Greedy decoding, batched, with a shared-prefix KV cache and per-step edits.
+
+        ``forced[i]`` tokens are fed first to row ``i`` (recorded and marked forced), before the
+        model decodes freely. ``progress`` is called with the number of tokens produced per step.
+        """
+
+
+def encode_continuation(model: LanguageModel, context_text: str, continuation: str) -> list[int] | None:
+    """Tokens of ``continuation`` as the model would see them after ``context_text``.
+
+    Encodes ``context ‖ continuation`` and returns the suffix after ``tok(context)`` when
+    ``tok(context)`` is a prefix of it (the boundary is preserved); ``None`` when the tokenizer
+    merges across the boundary, in which case no option score is well defined there.
+    """
+    ctx = model.encode(context_text)
+    full = model.encode(context_text + continuation)
+    if len(full) <= len(ctx) or full[: len(ctx)] != ctx:
+        return None
+    return full[len(ctx) :]

@@ -1,0 +1,413 @@
+"""transformers engine (CPU or CUDA): the default, and the reference for every other engine.
+
+Decoding runs all rows of a batch in lockstep over one KV cache. A prefix that every row shares is
+computed once and its cache repeated across the batch (forked, not recomputed). Rows are padded
+with masked positions and carry explicit ``position_ids``, so a pad or a retracted token can sit
+anywhere in a row, not only at its left end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from sleight.backends.base import Edit, Generation, Hook, ModelInfo, Rendered, sha256_text
+from sleight.backends.resolve import ResolvedModel
+from sleight.errors import UserError
+
+
+def pick_device(device: str | None) -> str:
+    if device and device != "auto":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"device '{device}' requested but CUDA is not available here")
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class _Row:
+    """Book-keeping for one row of a lockstep decode."""
+
+    out: list[int] = field(default_factory=list)
+    lp: list[float] = field(default_factory=list)
+    top_ids: list[np.ndarray] = field(default_factory=list)
+    top_lp: list[np.ndarray] = field(default_factory=list)
+    ent: list[float] = field(default_factory=list)
+    forced: list[bool] = field(default_factory=list)
+    cache_pos: list[int] = field(default_factory=list)  # cache column of each accepted token
+    dist_step: list[int] = field(default_factory=list)  # decode step whose distribution scored it
+    queue: list[int] = field(default_factory=list)  # forced tokens still to append
+    edits: list[int] = field(default_factory=list)
+    end_checked: bool = False
+    done: bool = False
+    finish: str = "length"
+
+    def accept(self, tok: int, lp: float, tids: np.ndarray, tlp: np.ndarray, ent: float, forced: bool, step: int) -> None:
+        self.out.append(tok)
+        self.lp.append(lp)
+        self.top_ids.append(tids)
+        self.top_lp.append(tlp)
+        self.ent.append(ent)
+        self.forced.append(forced)
+        self.dist_step.append(step)
+
+    def generation(self, k: int) -> Generation:
+        return Generation(
+            token_ids=self.out,
+            logprobs=np.asarray(self.lp, dtype=np.float64),
+            top_ids=np.asarray(self.top_ids, dtype=np.int64).reshape(-1, k),
+            top_logprobs=np.asarray(self.top_lp, dtype=np.float32).reshape(-1, k),
+            entropy=np.asarray(self.ent, dtype=np.float32),
+            forced=np.asarray(self.forced, dtype=bool),
+            finish_reason=self.finish,
+            edits=self.edits,
+        )
+
+    def retract(self, n: int) -> list[int]:
+        """Withdraw the last ``n`` accepted tokens; returns their cache columns to mask."""
+        cols = self.cache_pos[len(self.cache_pos) - n :] if n else []
+        if n:
+            for seq in (self.out, self.lp, self.top_ids, self.top_lp, self.ent, self.forced, self.cache_pos, self.dist_step):
+                del seq[len(seq) - n :]
+        return cols
+
+
+class HFModel:
+    """A transformers causal LM behind :class:`sleight.backends.base.LanguageModel`."""
+
+    def __init__(
+        self,
+        resolved: ResolvedModel,
+        *,
+        device: str | None = None,
+        dtype: str = "float32",
+        batch_size: int = 128,
+    ) -> None:
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in _DTYPES:
+            raise UserError(f"unknown dtype '{dtype}' (choose from {', '.join(_DTYPES)})")
+        self.device = pick_device(device)
+        self.resolved = resolved
+        self.batch_size = batch_size
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(resolved.load_path)
+            self.model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=_DTYPES[dtype])
+        except OSError as exc:
+            raise UserError(f"could not load model '{resolved.spec}': {exc}") from None
+        self.model.to(self.device).eval()
+        self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        if self.tokenizer.eos_token_id is not None:
+            eos.append(self.tokenizer.eos_token_id)
+        self._eos = frozenset(eos)
+        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self._eos)
+        self.info = ModelInfo(
+            spec=resolved.spec,
+            model_id=resolved.model_id,
+            revision=resolved.revision,
+            chat_template_sha256=sha256_text(self.tokenizer.chat_template),
+            tokenizer=f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
+            engine="hf",
+            engine_version=f"transformers {transformers.__version__}, torch {torch.__version__}",
+            dtype=dtype,
+            device=self.device,
+            batch_size=batch_size,
+        )
+
+    # -- tokens --------------------------------------------------------------------------------
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.tokenizer.chat_template
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.convert_tokens_to_string([self.tokenizer.convert_ids_to_tokens(int(token_id))])
+
+    def is_special(self, token_id: int) -> bool:
+        return int(token_id) in set(self.tokenizer.all_special_ids)
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> Rendered:
+        if not self.tokenizer.chat_template:
+            raise UserError(f"model '{self.info.spec}' has no chat template")
+        msgs = [dict(m) for m in messages]
+        kwargs = dict(template_kwargs or {})
+        if prefill is not None:
+            # The answer stem is the opening of the assistant turn, left open for the model.
+            msgs.append({"role": "assistant", "content": prefill})
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, continue_final_message=True, **kwargs)
+        else:
+            text = self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            )
+        return Rendered(text=text, ids=self.encode(text))
+
+    # -- forward passes ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None):
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+        return out.logits, getattr(out, "cache", None) or out.past_key_values
+
+    def _padded(self, seqs: Sequence[Sequence[int]], side: str = "left"):
+        """Batch tensors for ragged sequences: ids, attention mask and explicit positions."""
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            if not s:
+                continue
+            sl = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+            ids[i, sl] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, sl] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        return ids.to(self.device), mask.to(self.device), pos.to(self.device)
+
+    def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError("next_token_logprobs needs non-empty sequences")
+        rows = []
+        for start in range(0, len(seqs), self.batch_size):
+            chunk = seqs[start : start + self.batch_size]
+            ids, mask, pos = self._padded(chunk, "left")
+            logits, _ = self._forward(ids, mask, pos)
+            rows.append(torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu().numpy())
+        return np.concatenate(rows, axis=0)
+
+    def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Raw logits at the end of each sequence (for readouts that reproduce a library's own
+        post-processing of logits, such as lm-polygraph's sanitiser)."""
+        rows = []
+        for start in range(0, len(seqs), self.batch_size):
+            ids, mask, pos = self._padded(seqs[start : start + self.batch_size], "left")
+            logits, _ = self._forward(ids, mask, pos)
+            rows.append(logits[:, -1, :].float().cpu().numpy())
+        return np.concatenate(rows, axis=0)
+
+    def continuation_logprobs(
+        self, context: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        if not context:
+            raise ValueError("continuation_logprobs needs a non-empty context")
+        if any(len(c) == 0 for c in continuations):
+            raise ValueError("continuation_logprobs got an empty continuation")
+        results: list[np.ndarray] = []
+        # The context is computed once; its cache is repeated across the continuations.
+        ids, mask, pos = self._padded([context])
+        logits, cache = self._forward(ids, mask, pos)
+        first = torch.log_softmax(logits[0, -1, :].float(), dim=-1)
+        for start in range(0, len(continuations), self.batch_size):
+            chunk = continuations[start : start + self.batch_size]
+            tails = [list(c[:-1]) for c in chunk]
+            per = [[float(first[c[0]])] for c in chunk]
+            if any(tails):
+                tid, tmask, _ = self._padded(tails, "right")
+                ctx_mask = torch.ones((len(chunk), len(context)), dtype=torch.long, device=self.device)
+                tpos = len(context) + torch.arange(tid.shape[1], device=self.device).expand(len(chunk), -1)
+                tlogits, _ = self._forward(tid, torch.cat([ctx_mask, tmask], 1), tpos, _repeat_cache(cache, len(chunk)))
+                tlp = torch.log_softmax(tlogits.float(), dim=-1)
+                for i, c in enumerate(chunk):
+                    for j in range(1, len(c)):
+                        per[i].append(float(tlp[i, j - 1, c[j]]))
+            results.extend(np.asarray(p, dtype=np.float64) for p in per)
+        return results
+
+    # -- decoding ------------------------------------------------------------------------------
+    def greedy(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        hook: Hook | Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
+        top_k: int = 20,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("greedy needs non-empty prompts")
+        forced = forced or [[] for _ in prompts]
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.batch_size):
+            sl = slice(start, start + self.batch_size)
+            out.extend(
+                self._greedy_batch(
+                    list(prompts[sl]), max_new_tokens, hook, list(forced[sl]), top_k, progress, row_offset=start
+                )
+            )
+        return out
+
+    @torch.inference_mode()
+    def _greedy_batch(self, prompts, max_new, hook, forced, top_k, progress, row_offset):
+        n = len(prompts)
+        dev = self.device
+        # 1. The shared prefix, computed once with batch 1 (each row keeps >= 1 token of its own).
+        shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
+        cache = None
+        mask = torch.zeros((n, 0), dtype=torch.long, device=dev)
+        if shared > 0:
+            ids = torch.tensor([prompts[0][:shared]], device=dev)
+            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None])
+            cache = _repeat_cache(cache, n, copy=False)
+            mask = torch.ones((n, shared), dtype=torch.long, device=dev)
+        # 2. The rows' own suffixes, left-padded after the prefix, with explicit positions.
+        tid, tmask, _ = self._padded([p[shared:] for p in prompts], "left")
+        pos = shared + (tmask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([mask, tmask], 1)
+        logits, cache = self._forward(tid, mask, pos, cache)
+        logits = logits[:, -1, :]
+
+        rows = [_Row(queue=list(f)) for f in forced]
+        alive = list(range(n))  # original row of each live batch position
+        history: dict[int, tuple[torch.Tensor, dict[int, int]]] = {}  # step -> (log-probs, row -> batch)
+        step = 0
+        while alive:
+            lp = torch.log_softmax(logits.float(), dim=-1)
+            ent = -(lp.exp() * lp).nan_to_num().sum(-1)
+            tv, ti = torch.topk(lp, top_k, dim=-1)
+            dist = _StepDist(step, lp, ti.cpu().numpy(), tv.cpu().numpy(), ent.cpu().numpy())
+            history[step] = (lp, {r: b for b, r in enumerate(alive)})
+            history.pop(step - _RETRACT_WINDOW, None)
+            col = mask.shape[1]  # the cache column a token fed now will occupy
+            mask_off: list[tuple[int, int]] = []
+            for b, r in enumerate(alive):
+                row = rows[r]
+                if row.queue:
+                    dist.accept(row, b, row.queue.pop(0), True, col)
+                else:
+                    proposed = int(lp[b].argmax())
+                    edit = hook(r + row_offset, row.out, proposed) if hook else None
+                    if edit is not None:
+                        self._apply_edit(row, edit, max_new, b, dist, history, r, col, mask_off)
+                    elif proposed in self._eos:
+                        row.done, row.finish = True, "stop"
+                    else:
+                        dist.accept(row, b, proposed, False, col)
+                if not row.done and len(row.out) >= max_new and not row.queue:
+                    # The budget is spent: one last look for the hook (a trigger pending at the end).
+                    edit = hook(r + row_offset, row.out, None) if hook and not row.end_checked else None
+                    row.end_checked = True
+                    if edit is not None:
+                        self._apply_edit(row, edit, max_new, b, dist, history, r, col, mask_off)
+                    if not row.queue:
+                        row.done, row.finish = True, "length"
+            fed = [bool(rows[r].cache_pos) and rows[r].cache_pos[-1] == col for r in alive]
+            for b, c in mask_off:
+                mask[b, c] = 0
+            mask = torch.cat([mask, torch.tensor(fed, dtype=torch.long, device=dev)[:, None]], 1)
+            if progress:
+                progress(sum(fed))
+            step += 1
+            keep = [b for b, r in enumerate(alive) if not rows[r].done]
+            if not keep:
+                break
+            feed = [rows[alive[b]].out[-1] for b in keep]
+            if len(keep) < len(alive):
+                idx = torch.tensor(keep, device=dev)
+                cache = _select_cache(cache, idx)
+                mask = mask[idx]
+                alive = [alive[b] for b in keep]
+            pos = (mask.sum(-1) - 1)[:, None]
+            logits, cache = self._forward(torch.tensor(feed, device=dev)[:, None], mask, pos, cache)
+            logits = logits[:, -1, :]
+        return [row.generation(top_k) for row in rows]
+
+    def _apply_edit(self, row: "_Row", edit: Edit, max_new: int, b: int, dist: "_StepDist", history, r: int, col: int, mask_off) -> None:
+        """Retract, then accept the first forced token now and queue the rest (within the budget).
+
+        The first forced token takes the position of the first retracted one, so its log-prob is
+        read from the distribution that was kept for that position: nothing is recomputed.
+        """
+        n_back = min(edit.retract, len(row.out))
+        src = dist
+        src_b = b
+        if n_back:
+            i = len(row.out) - n_back
+            step = row.dist_step[i]
+            if step != dist.step:
+                if step not in history or r not in history[step][1]:
+                    raise RuntimeError(f"edit retracts {n_back} tokens, past the kept window of {_RETRACT_WINDOW}")
+                lp, where = history[step]
+                src_b = where[r]
+                src = _StepDist(step, lp, None, None, None, top=(row.top_ids[i], row.top_lp[i], row.ent[i]))
+            for c in row.retract(n_back):
+                if c != col:
+                    mask_off.append((b, c))
+        force = list(edit.force)[: max(max_new - len(row.out), 0)]
+        if not force:
+            row.done, row.finish = True, "length"
+            return
+        src.accept(row, src_b, force[0], True, col)
+        row.edits.append(len(row.out) - 1)
+        row.queue = force[1:]
+
+
+_RETRACT_WINDOW = 6  # steps of full distributions kept, so an edit may retract up to 5 tokens
+
+
+class _StepDist:
+    """The distribution of one decode step, and how a token accepted from it is recorded."""
+
+    def __init__(self, step, lp, top_ids, top_lp, ent, top=None):
+        self.step, self.lp, self.top_ids, self.top_lp, self.ent, self.top = step, lp, top_ids, top_lp, ent, top
+
+    def accept(self, row: "_Row", b: int, tok: int, forced: bool, col: int) -> None:
+        tids, tlp, ent = self.top if self.top is not None else (self.top_ids[b], self.top_lp[b], float(self.ent[b]))
+        row.accept(tok, float(self.lp[b, tok]), tids, tlp, ent, forced, self.step)
+        row.cache_pos.append(col)
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = len(first)
+    for s in seqs[1:]:
+        m = min(n, len(s))
+        i = 0
+        while i < m and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _repeat_cache(cache, n: int, copy: bool = True):
+    """Fork a batch-1 cache into ``n`` rows (a copy per row, the prefix is not recomputed)."""
+    import copy as _copy
+
+    forked = _copy.deepcopy(cache) if copy else cache
+    if n > 1:
+        forked.batch_repeat_interleave(n)
+    return forked
+
+
+def _select_cache(cache, idx: torch.Tensor):
+    cache.batch_select_indices(idx)
+    return cache
+

@@ -1,0 +1,1 @@
+"""Command-line interface: ``sleight <command>``; each instrument registers its own subcommands."""

@@ -1,0 +1,71 @@
+"""Subcommands shared by both instruments: ``models``, ``generate`` and ``demo``; shared flags."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from sleight.backends import DEFAULT_MODEL, ENGINES
+
+
+def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128) -> None:
+    """The flags every model-using command shares."""
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, folder, .gguf file or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--engine", default="hf", choices=ENGINES, help="inference engine (default: hf)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights dtype (default: float32)")
+    p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm only: GPUs per model (default: 1)")
+
+
+def model_from_args(args: argparse.Namespace):
+    """Load the model the flags name (the heavy imports happen here, after argument parsing)."""
+    from sleight.backends import load_model
+
+    extra = {"tensor_parallel_size": args.tensor_parallel_size} if args.engine == "vllm" else {}
+    return load_model(args.model, engine=args.engine, device=args.device, dtype=args.dtype, batch_size=args.batch_size, **extra)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list the models usable offline and where each comes from")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser(
+        "generate",
+        help="answer one question greedily, showing each token's surprisal and top alternatives",
+        description="Greedy answer from the model, one line per token: surprisal (nats), entropy, and the top alternatives.",
+    )
+    p.add_argument("question", nargs="?", default="What is the capital of France?", help="the user turn")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="budget of new tokens (default: 48)")
+    p.add_argument("--top", type=int, default=5, help="alternatives shown per token (default: 5)")
+    add_model_args(p)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from sleight.backends import list_offline_models
+
+    rows = list_offline_models()
+    print(f"{'name':<28} {'available':<40} source")
+    for r in rows:
+        print(f"{r['name']:<28} {r['available']:<40} {r['source']}")
+    print("\nAlso accepted by --model: a Hugging Face folder, a .gguf file, or a hub id (needs the hub or its local cache).")
+    print("Engines: hf (CPU/CUDA, default), vllm (GPU; pip install vllm). Judges also take openai:<base_url>#<model>.")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    rendered = model.render_chat([{"role": "user", "content": args.question}])
+    gen = model.greedy([rendered.ids], args.max_new_tokens, top_k=max(args.top, 1))[0]
+    print(f"model: {model.info.model_id} ({model.info.engine}, {model.info.device})")
+    print(f"prompt: {rendered.text!r}")
+    print(f"answer: {model.decode(gen.token_ids)}\n")
+    print(f"{'#':>3} {'token':<16} {'surprisal':>9} {'entropy':>8}  top alternatives (prob)")
+    for i, tok in enumerate(gen.token_ids):
+        alts = ", ".join(
+            f"{model.token_text(int(t))!r} {math.exp(float(lp)):.2f}" for t, lp in zip(gen.top_ids[i][: args.top], gen.top_logprobs[i][: args.top])
+        )
+        print(f"{i:>3} {model.token_text(tok)!r:<16} {-gen.logprobs[i]:>9.3f} {gen.entropy[i]:>8.3f}  {alts}")
+    print(f"\nmean surprisal {float(gen.surprisal.mean()):.3f} nats over {len(gen.token_ids)} tokens ({gen.finish_reason})")
+    return 0

@@ -1,0 +1,63 @@
+"""The ``sleight`` entry point: argument parsing, and user errors as one line with a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from typing import Sequence
+
+from sleight import __version__
+from sleight.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sleight.cli import common, readout, tamper
+
+    parser = argparse.ArgumentParser(
+        prog="sleight",
+        description=(
+            "Test whether what a language model registers matches what an evaluation reads or the "
+            "model says. Instruments: 'tamper' (Sleight of Word) and 'readout' (readout audit)."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"sleight {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common.register(sub)
+    tamper.register(sub)
+    readout.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (2 for a user error, printed as one line)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_libraries()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"sleight: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sleight: interrupted; finished work is kept, run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def quiet_libraries() -> None:
+    """transformers' load bars and deprecation notices drown the tool's own output."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        from transformers.utils import logging as tlog
+
+        tlog.set_verbosity_error()
+        tlog.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
