@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from sleight.cli import readout_audit, readout_downstream
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("readout", help="Readout audit: does a constrained-option score read what the model will say?")
-    p.add_subparsers(dest="readout_command", metavar="SUBCOMMAND", required=True)
+    p = sub.add_parser(
+        "readout",
+        help="Readout audit: does a constrained-option score read what the model will say?",
+        description="Readout audit: audit a scored position (audit), compare runs (compare), downstream checks (forecast, ptrue).",
+    )
+    rs = p.add_subparsers(dest="readout_command", metavar="SUBCOMMAND", required=True)
+    readout_audit.register(rs)
+    readout_downstream.register(rs)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from sleight.cli import tamper_report, tamper_run
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tamper", help="Sleight of Word: swap a word of the model's own reply while it writes")
-    p.add_subparsers(dest="tamper_command", metavar="SUBCOMMAND", required=True)
+    p = sub.add_parser(
+        "tamper",
+        help="Sleight of Word: swap a word of the model's own reply while it writes",
+        description="Sleight of Word: run trials (run), judge them (judge), tabulate (report), browse (view).",
+    )
+    ts = p.add_subparsers(dest="tamper_command", metavar="SUBCOMMAND", required=True)
+    tamper_run.register(ts)
+    tamper_report.register(ts)
