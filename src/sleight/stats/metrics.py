@@ -1,4 +1,4 @@
-"""Agreement and discrimination metrics as pure numpy functions.
+"""Discrimination, calibration, rejection and agreement metrics as pure numpy functions.
 
 Every metric that the bootstrap uses takes an optional ``weights`` argument:
 a ``(b, n)`` matrix of non-negative integer counts, row ``r`` saying how many
@@ -78,6 +78,8 @@ def _as_weights(weights: ArrayLike, n: int) -> NDArray[np.int64] | NDArray[np.fl
         w = w[None, :]
     if w.ndim != 2 or w.shape[1] != n:
         raise ValueError(f"weights must have shape (b, {n}), got {np.shape(weights)}")
+    if w.size and not w.min() >= 0:  # also catches NaN
+        raise ValueError("weights are counts and must be non-negative")
     return w
 
 
@@ -104,7 +106,8 @@ def _block_sums(x: NDArray[Any], starts: NDArray[np.intp]) -> NDArray[Any]:
 
 def _shift_cumsum(x: NDArray[Any]) -> NDArray[Any]:
     """Exclusive cumulative sum along axis 1 (sum of the strictly preceding entries)."""
-    out = np.zeros_like(x)
+    out = np.empty_like(x)
+    out[:, 0] = 0
     np.cumsum(x[:, :-1], axis=1, out=out[:, 1:])
     return out
 
@@ -295,8 +298,10 @@ def prr(confidence: ArrayLike, quality: ArrayLike, weights: ArrayLike | None = N
         if c.ndim != 1:
             raise ValueError("weights need 1-D confidence and quality")
         w = _as_weights(weights, c.size)
-        if w.dtype.kind == "f" and not np.array_equal(w, np.round(w)):
-            raise ValueError("prr weights must be integer counts (the curve has one point per retained item)")
+        if w.dtype.kind == "f":
+            if not np.array_equal(w, np.round(w)):
+                raise ValueError("prr weights must be integer counts (the curve has one point per retained item)")
+            w = w.astype(np.int64)
         model = _rejection_excess_weighted(c, q, w)
         oracle = _rejection_excess_weighted(q, q, w)
         batched = True
@@ -330,29 +335,32 @@ def _rejection_excess(key: NDArray[np.float64], q: NDArray[np.float64]) -> NDArr
 def _rejection_excess_weighted(key: NDArray[np.float64], q: NDArray[np.float64], w: NDArray[Any]) -> NDArray[np.float64]:
     """As :func:`_rejection_excess` for count-weighted replicates, O(n) per replicate.
 
-    A replicate's sorted sequence consists of the original tie blocks with
-    total weight W (duplicates of an item tie with each other).  Over the
-    positions k = a+1..a+W of a block with a items and sum P before it and
-    block mean mu, sum_k (P + (k-a) mu - k qbar) / k
-    = (P - a mu) (H_{a+W} - H_a) + W (mu - qbar), H the harmonic numbers.
+    A replicate's sorted sequence consists of the original tie blocks, block B
+    with total weight W (duplicates of an item tie with each other), a items
+    and quality sum P before it, and mean mu.  Summing (S_k - k qbar) / k over
+    its positions k = a+1..a+W, with S_k = P + (k-a) mu, gives
+    (P - a mu) (H_{a+W} - H_a) + W (mu - qbar), H the harmonic numbers; the
+    second term sums to zero over blocks, so only the first is computed.
     """
     order = np.argsort(-key, kind="stable")
     starts = _tie_starts(key[order])
     ws = np.take(w, order, axis=1)
+    wq = ws * q[order]
     wb = _block_sums(ws, starts)
-    qb = _block_sums(ws * q[order], starts)
-    n_tot = wb.sum(axis=1)
-    qbar = qb.sum(axis=1) / n_tot
+    qb = _block_sums(wq, starts)
     a = _shift_cumsum(wb)
-    p = _shift_cumsum(qb)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mu = np.where(wb > 0, qb / wb, 0.0)
-    harmonic = np.zeros(int(n_tot.max()) + 1)
+    term = _shift_cumsum(qb)  # P, the quality sum before each block
+    n_tot = a[:, -1] + wb[:, -1]
+    harmonic = np.empty(int(n_tot.max()) + 1)
+    harmonic[0] = 0.0
     np.cumsum(1.0 / np.arange(1, harmonic.size), out=harmonic[1:])
-    a_idx = a.astype(np.intp, copy=False)
-    h = harmonic[a_idx + wb.astype(np.intp, copy=False)] - harmonic[a_idx]
-    total = ((p - a * mu) * h + wb * (mu - qbar[:, None])).sum(axis=1)
-    return total / n_tot
+    h = harmonic[a + wb]
+    h -= harmonic[a]
+    mu = np.divide(qb, np.maximum(wb, 1))  # empty blocks have qb = 0 and h = 0
+    mu *= a
+    term -= mu
+    term *= h
+    return term.sum(axis=1) / n_tot
 
 
 # ---------------------------------------------------------------------------
