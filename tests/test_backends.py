@@ -16,7 +16,7 @@ PROMPTS = [
     "Name three primary colors.",
     "Why is the sky blue?",
 ]
-BUDGET = 24
+BUDGET = 16
 
 
 @pytest.fixture(scope="module")

@@ -148,10 +148,10 @@ def parse_openai_spec(spec: str) -> tuple[str, str]:
     """``openai:<base_url>#<model>`` -> (base_url, model), with a clear error for anything else."""
     body = spec[len("openai:") :]
     if "#" not in body or not body.split("#", 1)[0].startswith(("http://", "https://")):
-        raise UserError(f"bad judge spec '{spec}': expected openai:<http(s)://host:port/v1>#<model>")
+        raise UserError(f"bad endpoint spec '{spec}': expected openai:<http(s)://host:port/v1>#<model>")
     base, model = body.split("#", 1)
     if not model:
-        raise UserError(f"bad judge spec '{spec}': the model name after '#' is empty")
+        raise UserError(f"bad endpoint spec '{spec}': the model name after '#' is empty")
     return base, model
 
 

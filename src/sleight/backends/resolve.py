@@ -199,8 +199,10 @@ def _resolve_hub(repo_id: str) -> ResolvedModel:
 def list_offline_models() -> list[dict[str, str]]:
     """Models usable right now without a network: bundled ones and converted GGUFs in the cache."""
     rows = []
+    bundled_files = set()
     for b in BUNDLED.values():
         gguf = bundled_gguf(b)
+        bundled_files.add(str(gguf))
         rows.append(
             {
                 "name": b.name,
@@ -215,5 +217,7 @@ def list_offline_models() -> list[dict[str, str]]:
             meta = d / "sleight_source.json"
             if meta.is_file():
                 src = json.loads(meta.read_text())
+                if src["gguf"] in bundled_files or not Path(src["gguf"]).is_file():
+                    continue
                 rows.append({"name": src["gguf"], "available": "yes (converted)", "source": str(d), "description": "converted GGUF"})
     return rows
