@@ -9,6 +9,7 @@ Prints the best wall time of a few repeats for each case, so a slow first call
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 
@@ -55,7 +56,8 @@ def main() -> None:
         ("bootstrap_ci(gathered(auroc)), items [argsort path]", lambda: bootstrap_ci(gathered(auroc), scores_a, labels, B=B)),
     ]
     n_groups = np.unique(clusters).size
-    print(f"B = {B} replicates, n = {n} items, {n_groups} clusters (sizes {np.bincount(clusters).max()} max), best of {args.repeats}")
+    print(f"B = {B} replicates, n = {n} items, {n_groups} clusters (largest {np.bincount(clusters).max()} items), best of {args.repeats}")
+    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     for name, fn in cases:
         print(f"  {name:<55s} {best_of(fn, args.repeats) * 1000:8.1f} ms")
 

@@ -223,6 +223,11 @@ def test_prr_exact_zero_one_and_sign() -> None:
     assert prr(np.zeros(200), q_tied) == 0.0
     assert prr(-q, q) < 0.0  # worse than random
     assert math.isnan(prr(rng.random(10), np.ones(10)))  # constant quality: 0/0
+    # the same holds replicate by replicate in the weighted (bootstrap) form
+    counts = resample(200, B=50, seed=0).counts
+    assert (prr(np.full(200, 0.3), q, weights=counts) == 0.0).all()
+    assert (prr(q, q, weights=counts) == 1.0).all()
+    assert (prr(q_tied, q_tied, weights=counts) == 1.0).all()
 
 
 def test_prr_batch_along_last_axis() -> None:

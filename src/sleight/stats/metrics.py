@@ -335,32 +335,38 @@ def _rejection_excess(key: NDArray[np.float64], q: NDArray[np.float64]) -> NDArr
 def _rejection_excess_weighted(key: NDArray[np.float64], q: NDArray[np.float64], w: NDArray[Any]) -> NDArray[np.float64]:
     """As :func:`_rejection_excess` for count-weighted replicates, O(n) per replicate.
 
-    A replicate's sorted sequence consists of the original tie blocks, block B
-    with total weight W (duplicates of an item tie with each other), a items
-    and quality sum P before it, and mean mu.  Summing (S_k - k qbar) / k over
-    its positions k = a+1..a+W, with S_k = P + (k-a) mu, gives
-    (P - a mu) (H_{a+W} - H_a) + W (mu - qbar), H the harmonic numbers; the
-    second term sums to zero over blocks, so only the first is computed.
+    A replicate's sorted sequence consists of the original tie blocks j (a
+    duplicated item ties with itself), block j with total count W_j, quality
+    sum Q_j and mean mu_j = Q_j / W_j, with a_j items and quality sum P_j
+    before it; A_j = a_j + W_j.  Summing (S_k - k qbar) / k over its positions
+    k = a_j+1..A_j, with S_k = P_j + (k - a_j) mu_j, gives
+    (P_j - a_j mu_j) h_j + W_j (mu_j - qbar), h_j = H(A_j) - H(a_j) with H the
+    harmonic numbers.  The second term sums to zero over blocks, and
+    sum_j P_j h_j = sum_j Q_j (H(N) - H(A_j)) because the h_j telescope, so
+
+        total = sum_j Q_j * (H(N) - H(A_j) - a_j h_j / W_j),
+
+    which needs only integer cumulative sums (fast) and no float cumsum.
     """
     order = np.argsort(-key, kind="stable")
     starts = _tie_starts(key[order])
     ws = np.take(w, order, axis=1)
-    wq = ws * q[order]
     wb = _block_sums(ws, starts)
-    qb = _block_sums(wq, starts)
-    a = _shift_cumsum(wb)
-    term = _shift_cumsum(qb)  # P, the quality sum before each block
-    n_tot = a[:, -1] + wb[:, -1]
+    qb = _block_sums(ws * q[order], starts)
+    upto = np.cumsum(wb, axis=1)  # A_j
+    n_tot = upto[:, -1]
     harmonic = np.empty(int(n_tot.max()) + 1)
     harmonic[0] = 0.0
     np.cumsum(1.0 / np.arange(1, harmonic.size), out=harmonic[1:])
-    h = harmonic[a + wb]
-    h -= harmonic[a]
-    mu = np.divide(qb, np.maximum(wb, 1))  # empty blocks have qb = 0 and h = 0
-    mu *= a
-    term -= mu
-    term *= h
-    return term.sum(axis=1) / n_tot
+    before = upto - wb  # a_j
+    h_upto = harmonic[upto]
+    g = harmonic[before]
+    np.subtract(h_upto, g, out=g)  # h_j
+    g *= before
+    g /= np.maximum(wb, 1)  # empty blocks have Q_j = 0
+    g += h_upto
+    np.subtract(harmonic[n_tot][:, None], g, out=g)
+    return np.einsum("ij,ij->i", qb, g) / n_tot
 
 
 # ---------------------------------------------------------------------------
