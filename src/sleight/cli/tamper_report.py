@@ -1,9 +1,106 @@
-"""CLI for part of an instrument (placeholder until its subcommands land)."""
+"""``sleight tamper judge | report | view``: the jury, the tables and plots, the site."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from sleight.backends import ENGINES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``sub``."""
+    """Add ``judge``, ``report`` and ``view`` to the ``sleight tamper`` subcommands."""
+    p = sub.add_parser(
+        "judge",
+        help="label every trial with >=1 swap by a jury of judge models",
+        description=(
+            "Ask each juror for four independent labels per trial (flagged, corrected, derailed, "
+            "switch_aware) as JSON; an unparsable reply is retried once, then recorded as an abstention. "
+            "Votes go to RUN/judgements.parquet/, the majority (two agreeing votes) to RUN/verdicts.parquet. "
+            "Resumable: stored votes are skipped."
+        ),
+    )
+    p.add_argument("--run", required=True, type=Path, help="run directory written by 'sleight tamper run'")
+    p.add_argument(
+        "--jury",
+        required=True,
+        help="comma-separated judge specs: local model names/paths (on --engine) or openai:<base_url>#<model> "
+        "(key from $OPENAI_API_KEY or --api-key-env)",
+    )
+    p.add_argument("--prompt", default="default", choices=["default", "study"], help="judge prompt; 'study' omits the accepted answers (default: default)")
+    p.add_argument("--max-tokens", type=int, default=200, help="reply budget per judgement (default: 200)")
+    p.add_argument("--batch", type=int, default=16, help="trials per batch; each batch is committed to disk (default: 16)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per HTTP judge (default: 8)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
+    p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
+    p.add_argument("--device", default="auto", help="device for local judges (default: auto)")
+    p.set_defaults(func=cmd_judge)
+
+    p = sub.add_parser(
+        "report",
+        help="leaderboard tables (md/csv/tex), plots and the HTML site for one or more runs",
+        description="One row per model (one run per model). Writes leaderboard.md/.csv/.tex, the other tables as CSV, PNG plots, index.html and a viewer per model.",
+    )
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (judged or not)")
+    p.add_argument("--out", type=Path, default=Path("reports/tamper"), help="report directory (default: reports/tamper)")
+    p.add_argument("--no-site", action="store_true", help="skip index.html and the viewers")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("view", help="serve a report directory on 127.0.0.1 and print its URL", description="Serve REPORT_DIR over HTTP on loopback until Ctrl-C.")
+    p.add_argument("report", type=Path, metavar="REPORT_DIR", help="directory written by 'sleight tamper report'")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    p.set_defaults(func=cmd_view)
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from sleight.backends.chat import load_chat
+    from sleight.errors import UserError
+    from sleight.tamper.jury_run import judge_run
+
+    if args.max_tokens < 16:
+        raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON verdict (use >= 16)")
+    device = None if args.device == "auto" else args.device
+
+    def loader(spec: str):
+        if spec.startswith("openai:"):
+            return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
+        from sleight.backends import load_model
+        from sleight.backends.chat import LocalChat
+
+        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
+
+    summary = judge_run(args.run, args.jury, variant=args.prompt, max_tokens=args.max_tokens, batch=args.batch, loader=loader)
+    print(f"judged trials: {summary.n_judged_trials} (prompt '{summary.prompt_variant}')")
+    for j in summary.jurors:
+        print(
+            f"  {j.juror}: asked {j.asked}, already stored {j.skipped}, abstained {j.abstained} "
+            f"(retried {j.retried}, transport errors {j.errors}), {j.seconds:.1f}s"
+        )
+    if len(summary.jurors) == 1:
+        print("  note: a jury of one -- its vote is the verdict; the report labels it as such")
+    print(f"verdicts: {summary.verdicts_path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sleight.reporting.report import write_report
+
+    paths = write_report(args.runs, args.out, site=not args.no_site)
+    print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
+    print("plots:   " + ", ".join(str(p) for p in paths.plots))
+    if paths.index:
+        print(f"site:    {paths.index}  (browse with: sleight tamper view {args.out})")
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from sleight.errors import UserError
+    from sleight.reporting.site import serve
+
+    if not (args.report / "index.html").is_file():
+        raise UserError(f"{args.report} has no index.html; write it with 'sleight tamper report RUN_DIR --out {args.report}'")
+    try:
+        serve(args.report, port=args.port, ready=lambda url: print(f"serving {args.report} at {url} (Ctrl-C to stop)", flush=True))
+    except OSError as exc:
+        raise UserError(f"cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); try --port 0") from None
+    return 0

@@ -1,0 +1,123 @@
+"""``sleight tamper report``: tables (md/csv/tex), plots and the static site for one or more runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from sleight.errors import UserError
+from sleight.reporting import plots, tables
+from sleight.reporting.export import Section, to_latex, to_markdown, write_csv
+from sleight.reporting.runs import RunData, load_runs
+from sleight.reporting.site import write_site
+
+
+@dataclass
+class ReportPaths:
+    out: Path
+    markdown: Path
+    latex: Path
+    csv: list[Path] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    index: Path | None = None
+
+
+def jury_preamble(runs: Sequence[RunData]) -> str:
+    """Who judged each run, said plainly; a jury of one is named as such."""
+    parts = []
+    for r in runs:
+        if r.verdicts is None:
+            parts.append(f"{r.model}: not judged yet (sleight tamper judge --run {r.run_dir} --jury ...)")
+            continue
+        variant = r.jury_meta.get("prompt_variant", "default")
+        who = ", ".join(r.jury)
+        if len(r.jury) == 1:
+            parts.append(f"{r.model}: JURY OF ONE ({who}) — its single vote is the verdict, no majority and no agreement can be measured")
+        else:
+            parts.append(f"{r.model}: {r.jury_label} ({who}); majority = two agreeing non-abstaining votes")
+        parts[-1] += f"; judge prompt '{variant}'"
+    return "Judges — " + " | ".join(parts) + "."
+
+
+def sections(runs: Sequence[RunData]) -> list[Section]:
+    t1 = tables.table1(runs)
+    return [
+        Section(
+            "leaderboard",
+            "Table 1 — Sleight of Word leaderboard (sorted by flagged)",
+            t1,
+            tables.TABLE1_SHOWN,
+            "Percentages of judged trials (≥1 swap). Flag. (M.E.): flagged among the entity substitute "
+            "('Mandela effect'). Ign.: every label has a false majority (none true). A label counts when the jury's majority says true; "
+            "Undecided: trials where some label had no majority (abstentions or split votes), kept in the "
+            "denominator. Δ: mean over judged trials of the post-swap minus clean surprisal/entropy (top-20 "
+            "entropy), in nats; 'matched' is the position-matched variant (non-overlapping windows vs the "
+            "clean run's tokens after its own triggers).",
+        ),
+        Section(
+            "entity",
+            "Table 2 — entity vs neutral substitutes",
+            tables.table2(runs),
+            tables.TABLE2_SHOWN,
+            "The pooled row adds counts over models before dividing.",
+        ),
+        Section(
+            "untouched",
+            "Appendix — untouched trials (the clean run never emits the trigger)",
+            tables.untouched_table(runs),
+            ["Model", "Trials", "Untouched", "Untouched %", "Questions", "Questions untouched"],
+            "Untouched trials equal the clean run; they are not judged.",
+        ),
+        Section(
+            "agreement",
+            "Jury agreement",
+            tables.agreement_table(runs),
+            ["Model", "Label", "Measure", "κ", "n"],
+            "Cohen's κ per pair of jurors and Fleiss' κ over the jury, on the trials where those jurors all "
+            "voted (n). — : undefined (every vote in one category, or no shared votes).",
+        ),
+        Section(
+            "abstentions",
+            "Abstentions per juror",
+            tables.abstention_table(runs),
+            ["Model", "Juror", "Votes", "Missing", "Abstained", "Abstained %", "Retried", "Errors"],
+            "Abstained: unparsable after one retry, or the request failed (Errors; asked again on the next "
+            "'judge'). Missing: judged trials with no stored vote from that juror.",
+        ),
+        Section(
+            "lexical",
+            "Lexical baseline (no model) beside the jury's flagged label",
+            tables.lexical_table(runs),
+            ["Model", "Judged", "Lexical flag. %", "Jury flag. %", "Both", "Lexical only", "Jury only", "Neither", "Agreement %", "κ"],
+            "The baseline flags replies that mention the substitute in meta-language (typo, I meant, replaced, "
+            "should be, the word quoted). Agreement and κ over trials with a jury majority on flagged.",
+        ),
+    ]
+
+
+def write_report(run_dirs: Sequence[Path], out: Path, *, site: bool = True, progress: bool = True) -> ReportPaths:
+    """Every output of the report for ``run_dirs`` (one run per model) under ``out``."""
+    if not run_dirs:
+        raise UserError("give at least one run directory to report on")
+    runs = load_runs([Path(d) for d in run_dirs])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    secs = sections(runs)
+    preamble = jury_preamble(runs)
+    paths = ReportPaths(out, out / "leaderboard.md", out / "leaderboard.tex")
+    paths.markdown.write_text(to_markdown(secs, "Sleight of Word — results", preamble), encoding="utf-8")
+    paths.latex.write_text(to_latex(secs), encoding="utf-8")
+    for s in secs:
+        p = out / ("leaderboard.csv" if s.key == "leaderboard" else f"{s.key}.csv")
+        write_csv(s, p)
+        paths.csv.append(p)
+    paths.plots.append(plots.plot_dissociation(secs[0].frame, out / "dissociation.png"))
+    paths.plots.append(plots.plot_swap_profile(plots.swap_profile(runs), out / "swap_profile.png"))
+    if site:
+        bar = tqdm(total=len(runs), desc="viewer pages", unit="model", disable=not progress)
+        paths.index = write_site(out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda _m: bar.update(1))
+        bar.close()
+    return paths
