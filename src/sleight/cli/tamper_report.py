@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="default", choices=["default", "study"], help="judge prompt; 'study' omits the accepted answers (default: default)")
     p.add_argument("--max-tokens", type=int, default=200, help="reply budget per judgement (default: 200)")
     p.add_argument("--batch", type=int, default=16, help="trials per batch; each batch is committed to disk (default: 16)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="ask each juror about at most N pending trials now (a quick look; default: all)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per HTTP judge (default: 8)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
     p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
@@ -69,8 +70,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
         return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
 
-    summary = judge_run(args.run, args.jury, variant=args.prompt, max_tokens=args.max_tokens, batch=args.batch, loader=loader)
-    print(f"judged trials: {summary.n_judged_trials} (prompt '{summary.prompt_variant}')")
+    summary = judge_run(args.run, args.jury, variant=args.prompt, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader)
+    print(f"trials to judge (>=1 swap): {summary.n_judged_trials} (prompt '{summary.prompt_variant}')")
     for j in summary.jurors:
         print(
             f"  {j.juror}: asked {j.asked}, already stored {j.skipped}, abstained {j.abstained} "

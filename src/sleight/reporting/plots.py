@@ -34,7 +34,9 @@ def _bools(values: Any, n: int) -> np.ndarray:
 
 def tampered_windows(injected: np.ndarray, swap_steps: Iterable[int]) -> list[dict[int, int]]:
     """For each swap, offset -> token index: offsets -1..-4 are the tokens before the swap, +1..+8
-    the model-chosen tokens after the injected run (injected tokens skipped); 0, the swap, has none."""
+    the model-chosen tokens after the injected run (injected tokens skipped). Offset 0, the injected
+    word, has no surprisal column entry (it is null there); :func:`swap_profile` takes its
+    first token's log-prob from the ``logprobs`` column instead."""
     n = len(injected)
     out = []
     for st in swap_steps:
@@ -83,9 +85,12 @@ def swap_profile(runs: Sequence[RunData]) -> pd.DataFrame:
             steps = [int(s) for s in (t.get("swap_steps") if t.get("swap_steps") is not None else [])]
             if steps:
                 first.setdefault(t["question_id"], set()).add(steps[0])
-            for win in tampered_windows(inj, steps):
+            own = _floats(t.get("logprobs"))  # the model's log-prob of every token, injected included
+            for st, win in zip(steps, tampered_windows(inj, steps)):
                 for k, i in win.items():
                     records.append((run.model, "tampered", k, sur[i], ent[i] if i < len(ent) else np.nan))
+                if st < len(own):  # offset 0: how surprising the injected word itself was
+                    records.append((run.model, "tampered", 0, -own[st], np.nan))
         if run.clean is not None:
             for c in run.clean.to_dict("records"):
                 if c["question_id"] not in first:
@@ -157,8 +162,8 @@ def plot_swap_profile(profile: pd.DataFrame, path: Path) -> Path:
             ax.text(0.5, 0.5, "no swaps", transform=ax.transAxes, ha="center", color="0.4")
     axes[0].legend(fontsize=7, loc="best")
     fig.suptitle("Signals around swaps: tampered reply (solid) vs clean run at its trigger (dashed)")
-    fig.text(0.5, 0.005, "Tampered: +k = k-th model-chosen token after the injected word (injected tokens carry no surprisal). "
-             "Clean: the same steps around the clean run's own trigger.", ha="center", fontsize=7, color="0.35")
+    fig.text(0.5, 0.005, "Tampered: 0 = first token of the injected word (surprisal only), +k = k-th model-chosen token after it. "
+             "Clean: the same steps around the clean run's own trigger (0 = the trigger).", ha="center", fontsize=7, color="0.35")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path)
     plt.close(fig)

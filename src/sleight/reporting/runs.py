@@ -55,6 +55,15 @@ class RunData:
         return j[j["juror"].isin(self.jury) & (j["prompt_variant"] == self.jury_meta.get("prompt_variant", "default"))]
 
 
+def display_model(name: str) -> str:
+    """The leaderboard's name for a model: a local file or folder by its base name, else as given
+    (hub ids such as ``org/model`` stay whole)."""
+    p = Path(name)
+    if name.endswith(".gguf") or (("/" in name or "\\" in name) and p.exists()):
+        return p.name or name
+    return name
+
+
 def load_run(run_dir: Path) -> RunData:
     from sleight.tamper.store import load_clean
 
@@ -68,7 +77,7 @@ def load_run(run_dir: Path) -> RunData:
         clean = None
     return RunData(
         run_dir=run_dir,
-        model=str(trials["model"].iloc[0]),
+        model=display_model(str(trials["model"].iloc[0])),
         manifest=manifest,
         trials=trials,
         clean=clean,

@@ -117,6 +117,7 @@ def judge_run(
     variant: str = "default",
     max_tokens: int = 200,
     batch: int = 16,
+    limit: int | None = None,
     loader: Loader | None = None,
     progress: bool = True,
 ) -> JudgeSummary:
@@ -124,6 +125,8 @@ def judge_run(
 
     ``loader(spec)`` builds a juror (default: :func:`sleight.backends.chat.load_chat`, which fails
     fast when an endpoint is down); jurors with nothing left to judge are not loaded at all.
+    ``limit`` asks each juror about at most that many pending trials in this call (a quick look;
+    the rest stay pending and count as missing votes until judged).
     """
     run_dir = Path(run_dir)
     jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
@@ -139,6 +142,8 @@ def judge_run(
         done = jury_store.stored_keys(jury_store.load_judgements(run_dir), juror, variant)
         todo = [t for t in records if (t["question_id"], t["substitute"]) not in done]
         js.skipped = len(records) - len(todo)
+        if limit is not None:
+            todo = todo[: max(limit, 0)]
         if not todo:
             continue
         chat = load(juror)
