@@ -41,6 +41,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.set_defaults(func=cmd_generate)
 
+    p = sub.add_parser(
+        "demo",
+        help="run both instruments end to end on the bundled model (small sizes)",
+        description="A small tamper sweep judged by a jury of one and reported, then a readout audit, the forecast "
+        "pipeline and the P(True) readouts, all on the bundled default model. Rerunning resumes the tamper sweep.",
+    )
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    p.add_argument("--questions", type=int, default=3, help="tamper questions (default: 3)")
+    p.add_argument("--substitutes", type=int, default=6, help="substitutes per question, 'Mandela effect' first (default: 6)")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="tamper budget per reply (default: 96; the benchmark uses 256)")
+    p.add_argument("--items", type=int, default=8, help="readout items per step (default: 8)")
+    p.set_defaults(func=cmd_demo)
+
+
+DEMO_STEPS = (
+    ("A greedy answer, token by token", ["generate", "--max-new-tokens", "24"]),
+    (
+        "Sleight of Word: a small sweep",
+        ["tamper", "run", "--questions", "{questions}", "--substitutes", "{substitutes}", "--max-new-tokens", "{max_new_tokens}", "--out", "{out}/tamper/run"],
+    ),
+    ("The jury (the default model alone: a jury of one)", ["tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL]),
+    ("Leaderboard, plots and site", ["tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report"]),
+    ("Readout audit of the reader-forecast prompt", ["readout", "audit", "--preset", "forecast", "--limit", "{items}", "--overwrite", "--out", "{out}/readout/audit"]),
+    ("Does the forecast rank the reader's correctness?", ["readout", "forecast", "--limit", "{items}", "--out", "{out}/readout/forecast"]),
+    ("P(True): five readouts of one prompt", ["readout", "ptrue", "--limit", "{items}", "--out", "{out}/readout/ptrue"]),
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Both instruments end to end on the bundled model, small enough for a laptop CPU."""
+    from sleight.cli.main import main
+
+    fill = {k: str(v) for k, v in vars(args).items()}
+    for i, (title, argv) in enumerate(DEMO_STEPS, 1):
+        argv = [a.format(**fill) for a in argv]
+        print(f"\n=== [{i}/{len(DEMO_STEPS)}] {title}\n$ sleight {' '.join(argv)}", flush=True)
+        code = main(argv)
+        if code:
+            return code
+    print(f"\nDone. Open {args.out}/tamper/report/index.html (or: sleight tamper view {args.out}/tamper/report),")
+    print(f"{args.out}/tamper/report/leaderboard.md, {args.out}/readout/audit/report.md, {args.out}/readout/forecast/report.md and {args.out}/readout/ptrue/report.md.")
+    return 0
+
 
 def cmd_models(args: argparse.Namespace) -> int:
     from sleight.backends import list_offline_models
