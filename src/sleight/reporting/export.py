@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -84,7 +83,3 @@ def to_latex(sections: Sequence[Section]) -> str:
 def write_csv(section: Section, path: Path) -> None:
     """All columns (counts included), full precision; NaN as an empty cell."""
     section.frame.to_csv(path, index=False)
-
-
-def nan_to_none(value: object) -> object:
-    return None if isinstance(value, float) and math.isnan(value) else value

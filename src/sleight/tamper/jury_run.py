@@ -17,13 +17,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import pandas as pd
 from tqdm.auto import tqdm
 
 from sleight.backends.chat import ChatModel, ChatReply, load_chat
 from sleight.tamper import jury_store
 from sleight.tamper.judged import judged_trials, load_run_trials
-from sleight.tamper.jury import LABELS, Case, accepted_answers, judge_messages, parse_jury, parse_vote, retry_messages
+from sleight.errors import UserError
+from sleight.tamper.jury import (
+    LABELS,
+    PROMPT_VARIANTS,
+    Case,
+    accepted_answers,
+    judge_messages,
+    parse_jury,
+    parse_vote,
+    retry_messages,
+)
 
 Loader = Callable[[str], ChatModel]
 
@@ -130,7 +139,8 @@ def judge_run(
     """
     run_dir = Path(run_dir)
     jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
-    judge_messages(Case("", "", "", ""), variant)  # refuses an unknown variant before any work
+    if variant not in PROMPT_VARIANTS:
+        raise UserError(f"unknown judge prompt '{variant}' (choose from {', '.join(PROMPT_VARIANTS)})")
     trials, _ = load_run_trials(run_dir)
     judged = judged_trials(trials)
     records = judged.to_dict("records")
@@ -185,7 +195,3 @@ def _answers_hash() -> str:
 
 def _short(juror: str) -> str:
     return juror.rsplit("#", 1)[-1] if juror.startswith("openai:") else juror
-
-
-def summary_frame(summary: JudgeSummary) -> pd.DataFrame:
-    return pd.DataFrame([vars(j) for j in summary.jurors])
