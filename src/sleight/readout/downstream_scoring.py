@@ -1,0 +1,150 @@
+"""Does a score rank its target? Metrics with intervals and paired differences, as plain records.
+
+The downstream commands (``sleight readout forecast`` / ``ptrue``) score several readouts of the same
+items against one binary target. This module turns arrays into JSON-ready dictionaries using
+:mod:`sleight.stats` only: a percentile (cluster) bootstrap interval per metric, and for every
+comparison a *paired* bootstrap, both readouts resampled on the same replicates, because the two
+readouts share their items and comparing two separate intervals would overstate the uncertainty of
+the difference. Pure functions; no model, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from sleight.stats import auroc, bootstrap_ci, brier, paired_bootstrap, prr
+
+Metric = Literal["auroc", "brier", "prr"]
+
+# Each metric as a batched statistic of (score, label) plus the direction that counts as better.
+METRICS: dict[str, tuple[Callable[..., Any], str]] = {
+    "auroc": (auroc, "higher"),
+    "brier": (brier, "lower"),
+    "prr": (prr, "higher"),
+}
+
+
+def clean(x: Any) -> Any:
+    """JSON-safe value: NaN/inf become None (JSON has no NaN), numpy scalars become Python ones."""
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _arrays(scores: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if s.shape != y.shape or s.ndim != 1:
+        raise ValueError(f"scores and labels must be 1-D of one length, got {s.shape} and {y.shape}")
+    return s, y
+
+
+def metric_interval(
+    metric: Metric,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    clusters: ArrayLike | None = None,
+    B: int = 20000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """One metric of ``scores`` against 0/1 ``labels`` with its percentile bootstrap interval.
+
+    The estimate is NaN (JSON null) when the metric is undefined on the sample (AUROC or PRR with
+    only one class); then no interval is computed rather than reporting one for an undefined value.
+    """
+    fn, better = METRICS[metric]
+    s, y = _arrays(scores, labels)
+    estimate = float(fn(s, y))
+    out: dict[str, Any] = {"metric": metric, "better": better, "n": int(s.size), "estimate": estimate, "low": math.nan, "high": math.nan, "B": B, "level": level, "n_invalid": None}
+    if math.isfinite(estimate):
+        ci = bootstrap_ci(fn, s, y, B=B, seed=seed, level=level, clusters=clusters)
+        out.update(low=ci.low, high=ci.high, n_invalid=ci.n_invalid)
+    return out
+
+
+def paired_difference(
+    metric: Metric,
+    scores_a: ArrayLike,
+    scores_b: ArrayLike,
+    labels: ArrayLike,
+    *,
+    clusters: ArrayLike | None = None,
+    B: int = 20000,
+    seed: int = 0,
+    level: float = 0.95,
+    name_a: str = "a",
+    name_b: str = "b",
+) -> dict[str, Any]:
+    """``metric(a) - metric(b)`` on the same items, with the paired (cluster) bootstrap interval.
+
+    ``gain`` restates the difference so that positive always means ``a`` is better (for Brier,
+    lower is better, so the gain is ``brier(b) - brier(a)``).
+    """
+    fn, better = METRICS[metric]
+    a, y = _arrays(scores_a, labels)
+    b, _ = _arrays(scores_b, labels)
+    out: dict[str, Any] = {"metric": metric, "a": name_a, "b": name_b, "better": better, "n": int(y.size), "B": B, "level": level}
+    est_a, est_b = float(fn(a, y)), float(fn(b, y))
+    if not (math.isfinite(est_a) and math.isfinite(est_b)):
+        out.update(estimate_a=est_a, estimate_b=est_b, diff=math.nan, low=math.nan, high=math.nan, gain=math.nan, gain_low=math.nan, gain_high=math.nan, n_invalid=None)
+        return out
+    pb = paired_bootstrap(fn, (a, y), (b, y), clusters=clusters, B=B, seed=seed, level=level)
+    sign = 1.0 if better == "higher" else -1.0
+    lo, hi = sorted((sign * pb.ci_diff.low, sign * pb.ci_diff.high))
+    out.update(
+        estimate_a=pb.estimate_a,
+        estimate_b=pb.estimate_b,
+        diff=pb.diff,
+        low=pb.ci_diff.low,
+        high=pb.ci_diff.high,
+        gain=sign * pb.diff,
+        gain_low=lo,
+        gain_high=hi,
+        n_invalid=pb.ci_diff.n_invalid,
+    )
+    return out
+
+
+def mass_summary(masses: Sequence[float | None], floor: float = 0.5) -> dict[str, Any]:
+    """Option-mass diagnostics of one scored position: median, minimum, below-floor count.
+
+    A mass of ``None`` means the option boundary was not preserved (no mass is defined there); such
+    items are counted, never treated as 0.
+    """
+    vals = np.asarray([m for m in masses if m is not None and not (isinstance(m, float) and math.isnan(m))], dtype=np.float64)
+    n_none = len(masses) - vals.size
+    return {
+        "n": len(masses),
+        "n_defined": int(vals.size),
+        "n_boundary_not_preserved": int(n_none),
+        "median": float(np.median(vals)) if vals.size else math.nan,
+        "min": float(vals.min()) if vals.size else math.nan,
+        "below_floor": int((vals < floor).sum()),
+        "floor": floor,
+        "collapsed": bool(vals.size and float(np.median(vals)) < floor),
+    }
+
+
+def counts(values: Sequence[Any]) -> dict[str, int]:
+    """How often each value occurs, most common first (for argmax classes and letters)."""
+    keys, n = np.unique(np.asarray([str(v) for v in values], dtype=object), return_counts=True)
+    order = np.argsort(-n, kind="stable")
+    return {str(keys[i]): int(n[i]) for i in order}
+
+
+def cluster_codes(keys: Sequence[Any]) -> np.ndarray:
+    """Integer cluster labels, in order of first appearance (items sharing a key share a cluster)."""
+    seen: dict[Any, int] = {}
+    return np.asarray([seen.setdefault(k, len(seen)) for k in keys], dtype=np.int64)
