@@ -172,8 +172,11 @@ class HFModel:
 
     # -- forward passes ------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None, last_only: bool = False):
+        """One forward pass; ``last_only`` computes the output layer at the last position only
+        (a (batch, seq, vocab) logits tensor is the biggest allocation of a long prompt)."""
+        extra = {"logits_to_keep": 1} if last_only else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
     def _padded(self, seqs: Sequence[Sequence[int]], side: str = "left"):
@@ -197,7 +200,7 @@ class HFModel:
         for start in range(0, len(seqs), self.batch_size):
             chunk = seqs[start : start + self.batch_size]
             ids, mask, pos = self._padded(chunk, "left")
-            logits, _ = self._forward(ids, mask, pos)
+            logits, _ = self._forward(ids, mask, pos, last_only=True)
             rows.append(torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu().numpy())
         return np.concatenate(rows, axis=0)
 
@@ -207,7 +210,7 @@ class HFModel:
         rows = []
         for start in range(0, len(seqs), self.batch_size):
             ids, mask, pos = self._padded(seqs[start : start + self.batch_size], "left")
-            logits, _ = self._forward(ids, mask, pos)
+            logits, _ = self._forward(ids, mask, pos, last_only=True)
             rows.append(logits[:, -1, :].float().cpu().numpy())
         return np.concatenate(rows, axis=0)
 
@@ -221,7 +224,7 @@ class HFModel:
         results: list[np.ndarray] = []
         # The context is computed once; its cache is repeated across the continuations.
         ids, mask, pos = self._padded([context])
-        logits, cache = self._forward(ids, mask, pos)
+        logits, cache = self._forward(ids, mask, pos, last_only=True)
         first = torch.log_softmax(logits[0, -1, :].float(), dim=-1)
         for start in range(0, len(continuations), self.batch_size):
             chunk = continuations[start : start + self.batch_size]
@@ -275,14 +278,14 @@ class HFModel:
         mask = torch.zeros((n, 0), dtype=torch.long, device=dev)
         if shared > 0:
             ids = torch.tensor([prompts[0][:shared]], device=dev)
-            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None])
+            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None], last_only=True)
             cache = _repeat_cache(cache, n, copy=False)
             mask = torch.ones((n, shared), dtype=torch.long, device=dev)
         # 2. The rows' own suffixes, left-padded after the prefix, with explicit positions.
         tid, tmask, _ = self._padded([p[shared:] for p in prompts], "left")
         pos = shared + (tmask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([mask, tmask], 1)
-        logits, cache = self._forward(tid, mask, pos, cache)
+        logits, cache = self._forward(tid, mask, pos, cache, last_only=True)
         logits = logits[:, -1, :]
 
         rows = [_Row(queue=list(f)) for f in forced]
@@ -336,7 +339,7 @@ class HFModel:
                 mask = mask[idx]
                 alive = [alive[b] for b in keep]
             pos = (mask.sum(-1) - 1)[:, None]
-            logits, cache = self._forward(torch.tensor(feed, device=dev)[:, None], mask, pos, cache)
+            logits, cache = self._forward(torch.tensor(feed, device=dev)[:, None], mask, pos, cache, last_only=True)
             logits = logits[:, -1, :]
         return [row.generation(top_k) for row in rows]
 
