@@ -1,9 +1,78 @@
-"""CLI for part of an instrument (placeholder until its subcommands land)."""
+"""``sleight tamper run``: the Sleight of Word sweep on one model, resumable, into a run directory."""
 
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
+
+from sleight.cli.common import add_model_args
+from sleight.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``sub``."""
+    """Add ``run`` to the ``tamper`` subcommands."""
+    p = sub.add_parser(
+        "run",
+        help="run the trials: a clean reply per question, then every substitute swapped in while the model writes",
+        description=(
+            "Sleight of Word on one model: for each question, the clean greedy reply, then one trial per "
+            "substitute in which every whole-word trigger the model writes is replaced by the substitute "
+            "as it writes. Results go to RUN_DIR (manifest.json, clean.parquet/, trials.parquet/); "
+            "a killed run resumes where it stopped when started again with the same command."
+        ),
+    )
+    p.add_argument("--questions", type=int, default=None, metavar="N", help="use only the first N questions (default: all)")
+    p.add_argument("--substitutes", type=int, default=None, metavar="N", help="use only the first N substitutes (default: all 101)")
+    p.add_argument("--questions-file", type=Path, default=None, metavar="FILE", help='JSONL of {"id": ..., "question": ...} (default: the shipped 100)')
+    p.add_argument("--substitutes-file", type=Path, default=None, metavar="FILE", help="one substitute per line, '#' comments; the first is the entity condition (default: the shipped 101)")
+    p.add_argument("--trigger", default="the", metavar="WORD", help="the word swapped whenever the model writes it (default: the)")
+    p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply budget, injected tokens included (default: 256)")
+    p.add_argument("--out", type=Path, default=None, metavar="RUN_DIR", help="run directory (default: runs/<model-name>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_model_args(p)
+    p.set_defaults(func=cmd_run)
+
+
+def default_out(model_spec: str) -> Path:
+    """runs/<model-name>: the file or folder name of a path, the hub id with '/' made '--'."""
+    p = Path(model_spec)
+    name = p.stem if model_spec.endswith(".gguf") else (p.name if (p.exists() or model_spec.startswith((".", "/", "~"))) else model_spec.replace("/", "--"))
+    return Path("runs") / (re.sub(r"[^A-Za-z0-9_.+-]", "_", name) or "model")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sleight.tamper.data import load_questions, load_substitutes
+    from sleight.tamper.engine import TamperConfig
+    from sleight.tamper.runner import run_config, run_tamper
+    from sleight.tamper.store import RunStore
+    from sleight.tamper.trigger import validate_word
+
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    try:
+        validate_word(args.trigger)
+    except ValueError as exc:
+        raise UserError(f"--trigger: {exc}") from None
+    questions, qsrc = load_questions(args.questions_file, args.questions)
+    substitutes, ssrc = load_substitutes(args.substitutes_file, args.substitutes)
+    config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
+    out = args.out or default_out(args.model)
+    # Refuse a directory made with another config before spending time loading the model.
+    store = RunStore(out)
+    store.check_config(run_config(args.model, args.engine, args.dtype, config, questions, substitutes, qsrc, ssrc))
+    if store.read_manifest() is not None and store.done() >= set(range(len(questions))):
+        print(f"{len(questions) * len(substitutes)} trials already in {out}; this session: 0 question(s), nothing to do")
+        return 0
+
+    from sleight.cli.common import model_from_args
+
+    model = model_from_args(args)
+    summary = run_tamper(model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress)
+    rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
+    resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
+    print(
+        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes) in {out}{resumed}; "
+        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
+    )
+    return 0

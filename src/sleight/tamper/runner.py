@@ -1,0 +1,136 @@
+"""``sleight tamper run`` as a function: the sweep loop over questions, committing one question at a time.
+
+The Python API mirrors the CLI::
+
+    from sleight.backends import load_model
+    from sleight.tamper.runner import run_tamper
+    from sleight.tamper.data import load_questions, load_substitutes
+    qs, qsrc = load_questions(limit=5); subs, ssrc = load_substitutes(limit=10)
+    run_tamper(load_model(), qs, subs, "runs/x", question_source=qsrc, substitute_source=ssrc)
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from sleight.backends.base import LanguageModel
+from sleight.tamper.data import ENTITY_INDEX, Question, digest
+from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
+from sleight.tamper.records import clean_table, trials_table
+from sleight.tamper.store import RunStore
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    questions: int
+    substitutes: int
+    resumed_questions: int  # already committed when this session started
+    new_questions: int
+    seconds: float
+    tokens: int  # tokens decoded by this session (clean runs and trial batches)
+
+    @property
+    def trials(self) -> int:
+        return self.questions * self.substitutes
+
+
+def run_config(
+    model_spec: str,
+    engine: str,
+    dtype: str,
+    config: TamperConfig,
+    questions: Sequence[Question],
+    substitutes: Sequence[str],
+    question_source: str = "shipped",
+    substitute_source: str = "shipped",
+) -> dict[str, Any]:
+    """The manifest's ``config``: everything that decides the records (compared on resume)."""
+    return {
+        "model": model_spec,
+        "engine": engine,
+        "dtype": dtype,
+        **asdict(config),
+        "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
+        "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},
+        "question_source": question_source,
+        "substitute_source": substitute_source,
+    }
+
+
+def versions() -> dict[str, str]:
+    import numpy
+    import pyarrow
+    import torch
+    import transformers
+
+    from sleight import __version__
+
+    return {
+        "sleight": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+
+
+def run_tamper(
+    model: LanguageModel,
+    questions: Sequence[Question],
+    substitutes: Sequence[str],
+    out: Path | str,
+    config: TamperConfig = TamperConfig(),
+    *,
+    question_source: str = "shipped",
+    substitute_source: str = "shipped",
+    progress: bool = True,
+) -> RunSummary:
+    """Run (or resume) the sweep into ``out``; each question's trials are committed atomically."""
+    info = model.info.as_dict()
+    store = RunStore(out)
+    cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source)
+    prompts = {q.id: render_question(model, q.question) for q in questions}
+    store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions())
+    done = store.done()
+    todo = [i for i in range(len(questions)) if i not in done]
+    n_sub = len(substitutes)
+    start = time.perf_counter()
+    tokens = 0
+    bar = tqdm(total=len(questions) * n_sub, initial=len(done) * n_sub, unit="trial", desc="tamper", disable=not progress, dynamic_ncols=True)
+    tok_bar = tqdm(total=None, unit="tok", desc="  decoding", leave=False, disable=not progress, dynamic_ncols=True, position=1)
+
+    def tick(n: int) -> None:
+        nonlocal tokens
+        tokens += n
+        tok_bar.update(n)
+
+    completed = False
+    try:
+        for i in todo:
+            q = questions[i]
+            tok_bar.set_description(f"  {q.id} clean")
+            clean = clean_run(model, prompts[q.id], config, tick)
+            tok_bar.set_description(f"  {q.id} x{n_sub}" if clean.triggers else f"  {q.id} untouched")
+            trials = batched_trials(model, clean, substitutes, config, tick)
+            store.commit(
+                i,
+                q.id,
+                clean_table(info["spec"], i, q.id, q.question, clean, config, model.decode),
+                trials_table(info["spec"], i, q.id, q.question, clean, trials, config, model.decode, ENTITY_INDEX),
+            )
+            bar.update(n_sub)
+            bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):.0f} tok/s")
+        completed = True
+    finally:
+        tok_bar.close()
+        bar.close()
+        store.finish(completed)
+    return RunSummary(Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, tokens)
