@@ -61,7 +61,7 @@ DEMO_STEPS = (
         "Sleight of Word: a small sweep",
         ["tamper", "run", "--questions", "{questions}", "--substitutes", "{substitutes}", "--max-new-tokens", "{max_new_tokens}", "--out", "{out}/tamper/run"],
     ),
-    ("The jury (the default model alone: a jury of one)", ["tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL]),
+    ("The jury (the default model alone: a jury of one)", ["tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--max-tokens", "64"]),
     ("Leaderboard, plots and site", ["tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report"]),
     ("Readout audit of the reader-forecast prompt", ["readout", "audit", "--preset", "forecast", "--limit", "{items}", "--overwrite", "--out", "{out}/readout/audit"]),
     ("Does the forecast rank the reader's correctness?", ["readout", "forecast", "--limit", "{items}", "--out", "{out}/readout/forecast"]),
