@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--questions", type=int, default=3, help="tamper questions (default: 3)")
     p.add_argument("--substitutes", type=int, default=6, help="substitutes per question, 'Mandela effect' first (default: 6)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tamper budget per reply (default: 96; the benchmark uses 256)")
-    p.add_argument("--items", type=int, default=8, help="readout items per step (default: 8)")
+    p.add_argument("--items", type=int, default=6, help="readout items per step (default: 6)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -63,7 +63,7 @@ DEMO_STEPS = (
     ),
     ("The jury (the default model alone: a jury of one)", ["tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--max-tokens", "64"]),
     ("Leaderboard, plots and site", ["tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report"]),
-    ("Readout audit of the reader-forecast prompt", ["readout", "audit", "--preset", "forecast", "--limit", "{items}", "--overwrite", "--out", "{out}/readout/audit"]),
+    ("Readout audit of the reader-forecast prompt", ["readout", "audit", "--preset", "forecast", "--limit", "{items}", "--variants", "original,space,stem,deleted_instruction", "--overwrite", "--out", "{out}/readout/audit"]),
     ("Does the forecast rank the reader's correctness?", ["readout", "forecast", "--limit", "{items}", "--out", "{out}/readout/forecast"]),
     ("P(True): five readouts of one prompt", ["readout", "ptrue", "--limit", "{items}", "--out", "{out}/readout/ptrue"]),
 )
