@@ -78,7 +78,7 @@ def test_forecast_reports_spaced_unspaced_agreement(forecast_out):
     s = json.loads((forecast_out / "summary.json").read_text())["reader"]
     agree = (orig["reader_choice"] == orig["reader_choice_spaced"]).to_numpy()
     assert s["spaced_unspaced_agreement"] == pytest.approx(agree.mean())
-    assert s["n_compared"] == N_FORECAST
+    assert s["n_compared"] == N_FORECAST and s["n_agree"] == int(agree.sum())
     assert s["accuracy"] == pytest.approx((orig["reader_choice"] == orig["gold"]).mean())
     assert s["accuracy_spaced"] == pytest.approx((orig["reader_choice_spaced"] == orig["gold"]).mean())
     assert list(orig["correct"]) == list(orig["reader_choice"] == orig["gold"])
@@ -126,6 +126,22 @@ def test_forecast_gain_is_the_paired_cluster_bootstrap(forecast_out):
             continue
         pb = paired_bootstrap(fn, (ss, y), (so, y), clusters=clusters, B=B, seed=0)
         assert (g["diff"], g["low"], g["high"]) == pytest.approx((pb.diff, pb.ci_diff.low, pb.ci_diff.high))
+
+
+def test_forecast_rescore_needs_no_model_and_reuses_the_readings(forecast_out, tmp_path):
+    import shutil
+
+    copy = tmp_path / "again"
+    shutil.copytree(forecast_out, copy)
+    before = json.loads((copy / "summary.json").read_text())
+    (copy / "report.md").unlink()
+    assert main(["readout", "forecast", "--out", str(copy), "--rescore", "--B", "300", "--seed", "5", "--model", "no-such-model"]) == 0
+    after = json.loads((copy / "summary.json").read_text())
+    assert (after["B"], after["seed"]) == (300, 5) and (copy / "report.md").is_file()
+    for p in ("original", "stem"):  # same readings, same estimates; only the intervals are redrawn
+        assert after["positions"][p]["brier"]["estimate"] == before["positions"][p]["brier"]["estimate"]
+    assert after["reader"] == before["reader"] and after["command"] == before["command"]
+    assert main(["readout", "ptrue", "--out", str(copy), "--rescore"]) == 2  # a forecast folder is not a ptrue run
 
 
 # ---------------------------------------------------------------------------------------------

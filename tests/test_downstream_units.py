@@ -219,6 +219,7 @@ def test_forecast_summary_is_stats_on_the_rows():
     assert s["brier_reference"]["constant_0.5"] == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
     assert s["brier_reference"]["base_rate"] == pytest.approx(brier(np.full(y.size, y.mean()), y))
     assert s["reader"]["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
+    assert s["reader"]["n_agree"] == sum(bool(i % 3) for i in range(30)) and s["reader"]["n_compared"] == 30
     assert s["positions"]["original"]["mass"]["below_floor"] == 30 and s["positions"]["stem"]["mass"]["below_floor"] == 0
     json.dumps(s)  # JSON-ready (no NaN)
 

@@ -197,3 +197,31 @@ def _runs(flags: np.ndarray):
             i = j
         else:
             i += 1
+
+
+def test_inputs_and_bad_input_errors(tmp_path, capsys):
+    from sleight.cli.main import main
+    from sleight.tamper.data import load_questions, load_substitutes
+
+    qs, src = load_questions()
+    subs, _ = load_substitutes()
+    assert (len(qs), len(subs), src) == (100, 101, "shipped")
+    assert (qs[0].id, qs[-1].id, subs[0]) == ("q001", "q100", "Mandela effect")
+    assert not any(s.startswith("#") for s in subs)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "question": "ok?"}\n{"id": "b", "question": \n')
+    dup = tmp_path / "dup.txt"
+    dup.write_text("# comment\ncanoe\ncanoe\n")
+    cases = [
+        (["--questions-file", str(tmp_path / "missing.jsonl")], "file not found"),
+        (["--questions-file", str(bad)], "line 2"),
+        (["--substitutes-file", str(dup)], "duplicate substitute 'canoe'"),
+        (["--questions", "0"], "--questions must be at least 1"),
+        (["--trigger", "two words"], "--trigger"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+    ]
+    for args, msg in cases:
+        assert main(["tamper", "run", "--out", str(tmp_path / "never"), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], (args, err)
+    assert not (tmp_path / "never").exists()

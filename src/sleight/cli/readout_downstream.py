@@ -35,6 +35,7 @@ def _common(p: argparse.ArgumentParser, fixture: str, out: str) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     p.add_argument("--continuation-tokens", type=int, default=16, help="greedy tokens decoded at each scored position, as in the audit (default: 16)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--rescore", action="store_true", help="no model: re-score the readings already in --out (e.g. with another --B or --seed) and rewrite the reports")
     add_model_args(p, batch_size=64)
 
 
@@ -138,54 +139,93 @@ def write_readings(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     return path
 
 
-def _finish(
-    kind: str,
-    args: argparse.Namespace,
-    items_path: str,
-    n_items: int,
-    model: Any,
-    rows: list[dict[str, Any]],
-    summarise: Callable[..., dict[str, Any]],
-    build_report: Callable[..., Any],
-    started: float,
-) -> dict[str, Any]:
-    from sleight.readout.downstream_report import write_report
+def read_readings(path: Path) -> list[dict[str, Any]]:
+    """The rows back from Parquet as plain Python values (nulls stay None)."""
+    import pyarrow.parquet as pq
 
-    out = Path(args.out)
-    write_readings(rows, out / "readings.parquet")
-    summary = summarise(rows, B=args.B, seed=args.seed)
-    meta = {
+    return pq.read_table(path).to_pylist()
+
+
+def _manifest(kind: str, args: argparse.Namespace, items_path: str, n_items: int, model: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
         "command": _command(kind, args, items_path),
         "items": items_path,
         "n_items": n_items,
-        "B": args.B,
-        "seed": args.seed,
         "model": model.info.as_dict(),
-        "seconds": time.time() - started,
     }
-    summary = {"kind": kind, **meta, **summary}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _score_and_report(
+    out: Path,
+    manifest: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    summarise: Callable[..., dict[str, Any]],
+    build_report: Callable[..., Any],
+) -> dict[str, Any]:
+    """summary.json and the reports from the rows (the bootstrap runs here, no model needed)."""
+    from sleight.readout.downstream_report import write_report
+
+    meta = {**manifest, "B": args.B, "seed": args.seed}
+    summary = {**meta, **summarise(rows, B=args.B, seed=args.seed)}
+    _write_json(out / "summary.json", summary)
     write_report(build_report(summary, rows, meta, out), out)
     return summary
 
 
-def cmd_forecast(args: argparse.Namespace) -> int:
-    from sleight.readout.forecast_pipeline import load_race_items
-
+def _run(
+    kind: str,
+    args: argparse.Namespace,
+    load_items: Callable[[str, int | None], list[Any]],
+    fixture: str,
+    work: Callable[[Any, list[Any], _Progress], list[dict[str, Any]]],
+    summarise: Callable[..., dict[str, Any]],
+    build_report: Callable[..., Any],
+    tokens_total: Callable[[list[Any]], int],
+) -> dict[str, Any]:
+    """Items -> model work -> readings.parquet -> summary and reports; or, with ``--rescore``, the
+    last two steps from the folder's own readings and manifest (a new B or seed, a crashed report)."""
     _check_args(args)
-    items_path = args.items or _fixture("race_items.jsonl")
-    items = load_race_items(items_path, args.limit)
+    out = Path(args.out)
+    if args.rescore:
+        if not (out / "readings.parquet").is_file() or not (out / "manifest.json").is_file():
+            raise UserError(f"--rescore needs {out}/readings.parquet and {out}/manifest.json from an earlier run of this command")
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        if manifest.get("kind") != kind:
+            raise UserError(f"{out} holds a '{manifest.get('kind')}' run, not '{kind}'")
+        return _score_and_report(out, manifest, read_readings(out / "readings.parquet"), args, summarise, build_report)
+    items_path = args.items or _fixture(fixture)
+    items = load_items(items_path, args.limit)
     out = _out_dir(args.out)
     started = time.time()
     model = model_from_args(args)
+    manifest = _manifest(kind, args, items_path, len(items), model)
+    _write_json(out / "manifest.json", manifest)
+    prog = _Progress(not args.no_progress, tokens_total(items), "tok")
+    try:
+        rows = work(model, items, prog)
+    finally:
+        prog.close()
+    manifest["seconds"] = time.time() - started
+    _write_json(out / "manifest.json", manifest)
+    write_readings(rows, out / "readings.parquet")
+    prog.status("scoring (bootstrap) and writing the report")
+    return _score_and_report(out, manifest, rows, args, summarise, build_report)
 
+
+def cmd_forecast(args: argparse.Namespace) -> int:
     from sleight.readout import forecast_pipeline as fp
     from sleight.readout.downstream_report import forecast_report
 
-    n_passages = len({it.passage for it in items})
-    prog = _Progress(not args.no_progress, n_passages * args.note_tokens, "tok")
-    try:
-        rows = fp.run_forecast(
+    def work(model: Any, items: list[Any], prog: _Progress) -> list[dict[str, Any]]:
+        return fp.run_forecast(
             model,
             items,
             max_words=args.note_words,
@@ -194,37 +234,29 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             status=prog.status,
             progress=prog.tokens,
         )
-    finally:
-        prog.close()
-    prog.status("scoring (bootstrap) and writing the report")
-    s = _finish("forecast", args, items_path, len(items), model, rows, fp.summarise, forecast_report, started)
+
+    s = _run(
+        "forecast", args, fp.load_race_items, "race_items.jsonl", work, fp.summarise, forecast_report,
+        lambda items: len({it.passage for it in items}) * args.note_tokens,
+    )
     rd, pos, g = s["reader"], s["positions"], s["gain"]
-    print(f"reader accuracy {_f(rd['accuracy'])} (spaced {_f(rd['accuracy_spaced'])}; spaced/unspaced agree {_f(rd['spaced_unspaced_agreement'])})")
+    print(f"reader accuracy {_f(rd['accuracy'])} (spaced {_f(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})")
     for p in ("original", "stem"):
         print(f"{p:>8}: AUROC {_ci(pos[p]['auroc'])}  Brier {_ci(pos[p]['brier'])}  median mass {_f(pos[p]['mass']['median'])}")
     print(f"stem - original: AUROC gain {_gain(g['auroc'])}  Brier gain {_gain(g['brier'])}  (constant-0.5 Brier 0.250)")
-    print(f"wrote {out}/report.md, report.html, summary.json, readings.parquet")
+    print(f"wrote {args.out}/report.md, report.html, summary.json, readings.parquet")
     return 0
 
 
 def cmd_ptrue(args: argparse.Namespace) -> int:
-    from sleight.readout.ptrue_answers import load_qa_items
-    from sleight.readout.ptrue_pipeline import parse_settings
-
-    _check_args(args)
-    items_path = args.items or _fixture("qa_items.jsonl")
-    items = load_qa_items(items_path, args.limit)
-    settings = parse_settings(args.answers)
-    out = _out_dir(args.out)
-    started = time.time()
-    model = model_from_args(args)
-
     from sleight.readout import ptrue_pipeline as pp
     from sleight.readout.downstream_report import ptrue_report
+    from sleight.readout.ptrue_answers import load_qa_items
 
-    prog = _Progress(not args.no_progress, len(items) * args.max_new_tokens, "tok")
-    try:
-        rows = pp.run_ptrue(
+    settings = pp.parse_settings(args.answers)
+
+    def work(model: Any, items: list[Any], prog: _Progress) -> list[dict[str, Any]]:
+        return pp.run_ptrue(
             model,
             items,
             settings=settings,
@@ -233,15 +265,16 @@ def cmd_ptrue(args: argparse.Namespace) -> int:
             status=prog.status,
             progress=prog.tokens,
         )
-    finally:
-        prog.close()
-    prog.status("scoring (bootstrap) and writing the report")
-    s = _finish("ptrue", args, items_path, len(items), model, rows, pp.summarise, ptrue_report, started)
+
+    s = _run(
+        "ptrue", args, load_qa_items, "qa_items.jsonl", work, pp.summarise, ptrue_report,
+        lambda items: len(items) * args.max_new_tokens if "own" in settings else 0,
+    )
     for setting, st in s["settings"].items():
         print(f"[{setting}] {st['n_pairs']} pairs, {st['n_correct']} correct")
         for r, d in st["readouts"].items():
             print(f"  {pp.READOUT_LABELS[r]:<16} AUROC {_ci(d['auroc'])}  PRR {_ci(d['prr'])}  median mass {_f(d['mass']['median'])}  argmax {next(iter(d['argmax_class']), 'n/a')}")
-    print(f"wrote {out}/report.md, report.html, summary.json, readings.parquet")
+    print(f"wrote {args.out}/report.md, report.html, summary.json, readings.parquet")
     return 0
 
 

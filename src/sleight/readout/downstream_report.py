@@ -221,7 +221,9 @@ def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequen
     target; the floor line shows where the readout stops reading a distribution over its options."""
     plt = _plt()
     n = max(1, len(panels))
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), dpi=110, squeeze=False, sharex=True)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), dpi=110, squeeze=False)
+    every = np.asarray([v for mass, _, _ in panels.values() for v in mass if v is not None and v > 0], dtype=np.float64)
+    lo = max(1e-6, float(every.min()) / 2) if every.size else 1e-6  # one x range for all panels
     for ax, (name, (mass, score, label)) in zip(axes[0], panels.items()):
         m = np.asarray([np.nan if v is None else v for v in mass], dtype=np.float64)
         s = np.asarray([np.nan if v is None else v for v in score], dtype=np.float64)
@@ -231,7 +233,7 @@ def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequen
             ax.scatter(m[k], s[k], s=14, alpha=0.75, color=colour, label=lab)
         ax.axvline(floor, color="#999", lw=1, ls="--")
         ax.set_xscale("log")
-        ax.set_xlim(max(1e-6, np.nanmin(m) / 2) if np.isfinite(m).any() else 1e-6, 1.05)
+        ax.set_xlim(lo, 1.05)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("option mass (log)")
     axes[0][0].set_ylabel(score_label)
@@ -297,7 +299,10 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                 ["unspaced `A`..`D` (target)", num(rd["accuracy"]), all_counts(rd["choices"]), num(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
                 ["spaced ` A`..` D`", num(rd["accuracy_spaced"]), all_counts(rd["choices_spaced"]), num(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
             ],
-            note=f"Spaced and unspaced readers pick the same letter on {num(rd['spaced_unspaced_agreement'])} of {rd['n_compared']} items. Gold letters: {all_counts(rd['gold'])}.",
+            note=(
+                f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "
+                f"(agreement {num(rd['spaced_unspaced_agreement'])}). Gold letters: {all_counts(rd['gold'])}."
+            ),
         ),
     )
     pos = summary["positions"]

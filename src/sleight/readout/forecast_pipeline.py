@@ -46,6 +46,7 @@ from sleight.readout.presets import (
     forecast_prompt,
 )
 
+DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "race_items.jsonl"  # 28 shipped items
 NOTE_WORDS = 32
 NOTE_MAX_NEW_TOKENS = 64  # 32 English words are ~40-45 tokens of this tokenizer; the rest is cut
 NOTE_PROMPT = (
@@ -328,6 +329,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
             "accuracy": float(np.mean(correct)) if correct else math.nan,
             "accuracy_spaced": float(np.mean(correct_sp)) if correct_sp else math.nan,
             "spaced_unspaced_agreement": float(np.mean(agree)) if agree else math.nan,
+            "n_agree": int(sum(agree)),
             "n_compared": len(agree),
             "choices": counts([r["reader_choice"] for r in orig]),
             "choices_spaced": counts([r["reader_choice_spaced"] for r in orig]),

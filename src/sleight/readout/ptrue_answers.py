@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sleight.errors import UserError
 
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
+DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "qa_items.jsonl"  # 36 shipped questions
 LETTERED_INSTRUCTION = "Answer with the letter of the correct option (A, B, C or D)."
 
 

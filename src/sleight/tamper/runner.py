@@ -104,7 +104,16 @@ def run_tamper(
     n_sub = len(substitutes)
     start = time.perf_counter()
     tokens = 0
-    bar = tqdm(total=len(questions) * n_sub, initial=len(done) * n_sub, unit="trial", desc="tamper", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(questions) * n_sub,
+        initial=len(done) * n_sub,
+        unit="trial",
+        desc="tamper",
+        disable=not progress,
+        dynamic_ncols=True,
+        # trials/s even when below one per second (tqdm would switch to s/trial), and the ETA
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]",
+    )
     tok_bar = tqdm(total=None, unit="tok", desc="  decoding", leave=False, disable=not progress, dynamic_ncols=True, position=1)
 
     def tick(n: int) -> None:
