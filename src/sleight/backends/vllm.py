@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sleight.backends.base import Edit, Generation, ModelInfo, Rendered, sha256_text
+from sleight.backends.base import Edit, Generation, ModelInfo, sha256_text
+from sleight.backends.tokens import HFTokenizerOps
 from sleight.backends.resolve import ResolvedModel
 from sleight.errors import UserError
 
@@ -53,7 +54,7 @@ def step_summary(lp: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, fl
     return top.astype(np.int64), lp[top].astype(np.float32), ent
 
 
-class VLLMModel:
+class VLLMModel(HFTokenizerOps):
     """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`."""
 
     def __init__(
@@ -104,32 +105,6 @@ class VLLMModel:
             device=f"cuda x{tensor_parallel_size}",
             batch_size=batch_size,
         )
-
-    # The tokenizer side is the same Hugging Face tokenizer the hf engine uses.
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        return self._eos
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def token_text(self, token_id: int) -> str:
-        return self.tokenizer.convert_tokens_to_string([self.tokenizer.convert_ids_to_tokens(int(token_id))])
-
-    def is_special(self, token_id: int) -> bool:
-        return int(token_id) in set(self.tokenizer.all_special_ids)
-
-    def render_chat(self, messages, *, add_generation_prompt=True, prefill=None, template_kwargs=None) -> Rendered:
-        from sleight.backends.hf import HFModel
-
-        return HFModel.render_chat(self, messages, add_generation_prompt=add_generation_prompt, prefill=prefill, template_kwargs=template_kwargs)  # type: ignore[arg-type]
 
     # -- scoring -------------------------------------------------------------------------------
     def _params(self, **kw):
