@@ -6,7 +6,7 @@ Public API (the CLI ``sleight readout audit|compare|report`` is a thin layer ove
     from sleight.readout.ptrue import ptrue_readouts, library_logprob   # P(True) readouts
     from sleight.readout.measure import measure, option_mass          # per-(item, variant) readings
 
-See ``docs/readout.md`` for the output schema and the rules behind every class and verdict.
+See the README (Readout audit) for the output schema and the rules behind every class and verdict.
 """
 
 from sleight.readout.audit import AuditConfig, AuditResult, finalise, load_readings, run_audit

@@ -1,6 +1,6 @@
 """The stored shape of a run: Arrow schemas of ``clean.parquet`` / ``trials.parquet`` and their rows.
 
-These column names are the public schema (documented in docs/tamper.md); readers depend on them.
+These column names are the public schema (documented in the README); readers depend on them.
 Per-token lists are aligned with ``token_ids``; surprisal and entropies are null at injected steps.
 Top-k log-probs are stored as float16 (SPEC §6: bytes per trial), everything else as float32/64.
 """
