@@ -242,7 +242,7 @@ class HFModel(HFTokenizerOps):
         logits, cache = self._forward(tid, mask, pos, cache, last_only=True)
         logits = logits[:, -1, :]
 
-        rows = [_Row(queue=list(f)) for f in forced]
+        rows = [_Row(queue=list(f)[:max_new]) for f in forced]
         alive = list(range(n))  # original row of each live batch position
         history: dict[int, tuple[torch.Tensor, dict[int, int]]] = {}  # step -> (log-probs, row -> batch)
         step = 0

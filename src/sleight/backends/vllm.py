@@ -139,7 +139,7 @@ class VLLMModel(HFTokenizerOps):
         progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
         forced = forced or [[] for _ in prompts]
-        rows = [_VRow(list(p), list(f)) for p, f in zip(prompts, forced)]
+        rows = [_VRow(list(p), list(f)[:max_new_tokens]) for p, f in zip(prompts, forced)]
         params = self._params(max_tokens=1, logprobs=-1)
         while True:
             live = [i for i, r in enumerate(rows) if not r.done]
