@@ -20,7 +20,7 @@ from sleight.readout.ptrue_answers import judge_answer, load_qa_items
 from sleight.stats import auroc, brier, paired_bootstrap, prr
 
 B = 400  # bootstrap replicates in these runs (the default is 20,000)
-N_FORECAST, N_PTRUE = 2, 2
+N_FORECAST, N_PTRUE = 4, 2
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +92,13 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
         note = rows.loc["original", "note"]
         # The reader: highest full-sequence log-prob over A-D after the rendered prompt, both spacings.
         ctx = model.render_chat([{"role": "user", "content": f"Note: {note}\n\n{fp.quoted_item(it)}"}])
-        for spacing, col in (("", "reader_choice"), (" ", "reader_choice_spaced")):
+        nxt = model.next_token_logprobs([ctx.ids])[0].astype(np.float64)
+        for spacing, col, mass in (("", "reader_choice", "reader_mass"), (" ", "reader_choice_spaced", "reader_mass_spaced")):
             enc = [encode_continuation(model, ctx.text, spacing + x) for x in "ABCD"]
             lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, enc)]
             assert rows.loc["original", col] == "ABCD"[int(np.argmax(lps))]
+            # The pipeline read this context in a padded batch, here it is alone: float32 rounding ~1e-6.
+            assert rows.loc["original", mass] == pytest.approx(float(np.exp(nxt[sorted({e[0] for e in enc})]).sum()), abs=1e-5)
         # The forecast at the stemmed position: renormalised full-sequence option probabilities.
         prompt = forecast_prompt(note, it.question, it.choices)[0]
         stem = model.render_chat([{"role": "user", "content": prompt}], prefill=FORECAST_STEM)
@@ -107,7 +110,7 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
         assert rows.loc["stem", "score"] == pytest.approx(float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p))), abs=1e-5)
         first = sorted({e[0] for e in enc})
         nxt = model.next_token_logprobs([stem.ids])[0].astype(np.float64)
-        assert rows.loc["stem", "option_mass"] == pytest.approx(float(np.exp(nxt[first]).sum()), abs=1e-6)
+        assert rows.loc["stem", "option_mass"] == pytest.approx(float(np.exp(nxt[first]).sum()), abs=1e-5)
         assert rows.loc["original", "argmax_class"] in ARGMAX_CLASSES
 
 
@@ -201,7 +204,12 @@ def test_ptrue_library_equals_the_lm_polygraph_convention(model, ptrue_out):
         assert plain[true_id] - row["score"] == pytest.approx(np.log(swapped), abs=1e-4)
         # Mass at the Library position is over the readout's options True/False (first tokens in context).
         first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("True", "False")})
-        assert row["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=1e-6)
+        assert row["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=1e-5)
+        # Labels in place is read at the same position over "(A"/"(B" (first tokens counted once).
+        lip = df[(df["readout"] == "labels_in_place") & (df["question"] == row["question"]) & (df["answer"] == row["answer"])].iloc[0]
+        first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("(A", "(B")})
+        assert lip["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=1e-5)
+        assert lip["argmax_token"] == row["argmax_token"] and lip["first_tokens_distinct"] == (len(first) == 2)
 
 
 def test_ptrue_differences_against_library_use_the_paired_bootstrap(ptrue_out):

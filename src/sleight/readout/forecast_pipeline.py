@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from sleight.errors import UserError
+from sleight.readout.downstream_position import read_positions
 from sleight.readout.downstream_scoring import clean, cluster_codes, counts, mass_summary, metric_interval, paired_difference
 from sleight.readout.items import AuditItem
 from sleight.readout.measure import MASS_FLOOR, measure
@@ -168,18 +169,6 @@ def write_notes(
     return notes
 
 
-def _reader_item(item: RaceItem, note: str, spacing: str) -> AuditItem:
-    return AuditItem(
-        id=f"{item.id}:{spacing}",
-        messages=({"role": "user", "content": reader_prompt(note, item)},),
-        options=SPACINGS[spacing],
-        quoted_instruction=FORECAST_ITEM_INSTRUCTION,
-        choices=item.choices,
-        question=item.question,
-        letters=LETTERS,
-    )
-
-
 def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
     """The study's forecast prompt for this item and note, as an audit item (options 10..90, stem)."""
     prompt, quoted, block = forecast_prompt(note, item.question, item.choices)
@@ -201,13 +190,13 @@ def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
 def read_notes(model: Any, items: Sequence[RaceItem], notes: Sequence[Note]) -> list[dict[str, Any]]:
     """The note-only reader's choice per item, with spaced and unspaced option strings.
 
-    Only the option scores and the mass at the reader's position are needed, so the audit's
-    unrestricted continuation is cut to one token here (the reader is a scorer, not a writer).
+    Both option sets are read at the same rendered position, so one next-token pass per item
+    serves both (:func:`~sleight.readout.downstream_position.read_positions`).
     """
-    un = measure(model, [_reader_item(it, n.text, "unspaced") for it, n in zip(items, notes)], ["original"], max_new_tokens=1)
-    sp = measure(model, [_reader_item(it, n.text, "spaced") for it, n in zip(items, notes)], ["original"], max_new_tokens=1)
+    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]) for it, n in zip(items, notes)]
+    readings = read_positions(model, contexts, [SPACINGS["unspaced"], SPACINGS["spaced"]], letters=LETTERS)
     out = []
-    for it, ru, rs in zip(items, un, sp):
+    for it, (ru, rs) in zip(items, readings):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
         choice = LETTERS[ku] if ku is not None else None
         choice_sp = LETTERS[ks] if ks is not None else None

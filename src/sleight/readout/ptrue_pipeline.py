@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from sleight.errors import UserError
+from sleight.readout.downstream_position import read_positions
 from sleight.readout.downstream_scoring import clean, cluster_codes, counts, mass_summary, metric_interval, paired_difference
 from sleight.readout.items import AuditItem
 from sleight.readout.measure import MASS_FLOOR, measure
@@ -126,12 +127,15 @@ def _audit_items(pairs: Sequence[Mapping[str, Any]], readout: str) -> list[Audit
 def measure_positions(model: Any, pairs: Sequence[Mapping[str, Any]], *, continuation_tokens: int = CONTINUATION_TOKENS) -> dict[str, list[dict[str, Any]]]:
     """Readings at each readout's scored position, per pair.
 
-    Library, Renormalised and Labels in place share one context, so its continuation is decoded
-    once (Labels in place only re-reads the mass and argmax over its own options).
+    Library, Renormalised and Labels in place share one context: the audit's measurement reads it
+    once with ``True``/``False`` (and decodes its continuation); Labels in place reuses that
+    continuation and reads ``(A``/``(B`` from one more next-token pass of the same context.
     """
     lib = measure(model, _audit_items(pairs, "library"), ["original"], max_new_tokens=continuation_tokens)
-    lip = measure(model, _audit_items(pairs, "labels_in_place"), ["original"], max_new_tokens=1)
+    contexts = [model.render_chat([{"role": "user", "content": ptrue_prompt(p["question"], p["answer"])}]) for p in pairs]
+    lip = [r[0] for r in read_positions(model, contexts, [READOUT_OPTIONS["labels_in_place"]], letters=("A", "B"), score_options=False)]
     for a, b in zip(lip, lib):
+        a.update(context=b["context"], context_tail=b["context_tail"], n_context_tokens=b["n_context_tokens"], ends_with_whitespace=b["ends_with_whitespace"])
         a.update(continuation=b["continuation"], continuation_class=b["continuation_class"])
     moved = measure(model, _audit_items(pairs, "moved"), ["stem"], max_new_tokens=continuation_tokens)
     deleted = measure(model, _audit_items(pairs, "deleted"), ["original"], max_new_tokens=continuation_tokens)
