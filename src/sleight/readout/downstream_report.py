@@ -67,7 +67,7 @@ def to_markdown(report: Report) -> str:
         elif isinstance(b, Para):
             out += [b.text, ""]
         elif isinstance(b, Table):
-            cells = lambda row: "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"  # noqa: E731
+            cells = lambda row: "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
             out += [cells(b.headers), "|" + "|".join("---" for _ in b.headers) + "|", *(cells(r) for r in b.rows), ""]
             if b.note:
                 out += [b.note, ""]

@@ -35,7 +35,14 @@ import numpy as np
 
 from sleight.errors import UserError
 from sleight.readout.downstream_position import read_positions
-from sleight.readout.downstream_scoring import clean, cluster_codes, counts, mass_summary, metric_interval, paired_difference
+from sleight.readout.downstream_scoring import (
+    clean,
+    cluster_codes,
+    counts,
+    mass_summary,
+    metric_interval,
+    paired_difference,
+)
 from sleight.readout.items import AuditItem
 from sleight.readout.measure import MASS_FLOOR, measure
 from sleight.readout.presets import (

@@ -34,11 +34,30 @@ import numpy as np
 
 from sleight.errors import UserError
 from sleight.readout.downstream_position import read_positions
-from sleight.readout.downstream_scoring import clean, cluster_codes, counts, mass_summary, metric_interval, paired_difference
+from sleight.readout.downstream_scoring import (
+    clean,
+    cluster_codes,
+    counts,
+    mass_summary,
+    metric_interval,
+    paired_difference,
+)
 from sleight.readout.items import AuditItem
 from sleight.readout.measure import MASS_FLOOR, measure
-from sleight.readout.ptrue import MOVED_STEM, READOUTS, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
-from sleight.readout.ptrue_answers import LETTERS, Answer, QAItem, greedy_answers, judge_answer
+from sleight.readout.ptrue import (
+    MOVED_STEM,
+    READOUTS,
+    ptrue_deleted_prompt,
+    ptrue_prompt,
+    ptrue_readouts,
+)
+from sleight.readout.ptrue_answers import (
+    LETTERS,
+    Answer,
+    QAItem,
+    greedy_answers,
+    judge_answer,
+)
 
 SETTINGS = ("own", "constructed")
 ANSWER_MAX_NEW_TOKENS = 32
