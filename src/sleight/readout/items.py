@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from sleight.errors import UserError
 
@@ -272,3 +272,24 @@ def resolve_options(items: Sequence[AuditItem], run_options: Sequence[str] | Non
             item = replace(item, options=tuple(run_options))
         out.append(item)
     return out
+
+
+T = TypeVar("T")
+
+
+def load_unique_items(
+    path: str | Path, from_record: Callable[[dict[str, Any], str], T], limit: int | None = None
+) -> list[T]:
+    """Items built by ``from_record`` from a JSONL file: errors name the file and line, ids must be
+    unique, at most ``limit`` (>= 1) are returned."""
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    items: list[T] = []
+    seen: dict[str, str] = {}
+    for rec, where in load_jsonl_records(path):
+        item = from_record(rec, where)
+        if item.id in seen:  # type: ignore[attr-defined]
+            raise UserError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")  # type: ignore[attr-defined]
+        seen[item.id] = where  # type: ignore[attr-defined]
+        items.append(item)
+    return items[:limit] if limit is not None else items

@@ -93,19 +93,9 @@ def qa_item_from_record(rec: Mapping[str, Any], where: str) -> QAItem:
 
 def load_qa_items(path: str | Path, limit: int | None = None) -> list[QAItem]:
     """Items from a JSONL file (errors name the file and line), ids unique, at most ``limit``."""
-    from sleight.readout.items import load_jsonl_records
+    from sleight.readout.items import load_unique_items
 
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1, got {limit}")
-    items: list[QAItem] = []
-    seen: dict[str, str] = {}
-    for rec, where in load_jsonl_records(path):
-        item = qa_item_from_record(rec, where)
-        if item.id in seen:
-            raise UserError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")
-        seen[item.id] = where
-        items.append(item)
-    return items[:limit] if limit is not None else items
+    return load_unique_items(path, qa_item_from_record, limit)
 
 
 # ---------------------------------------------------------------------------------------------
