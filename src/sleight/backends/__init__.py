@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from sleight.backends.base import Edit, Generation, LanguageModel, ModelInfo, Rendered, encode_continuation
+from sleight.backends.base import Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered, encode_continuation
 from sleight.backends.resolve import DEFAULT_MODEL, list_offline_models, resolve
 from sleight.errors import UserError
 
@@ -40,6 +40,7 @@ __all__ = [
     "Generation",
     "LanguageModel",
     "ModelInfo",
+    "NextToken",
     "Rendered",
     "encode_continuation",
     "list_offline_models",

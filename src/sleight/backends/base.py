@@ -97,6 +97,22 @@ class Generation:
         return -self.logprobs
 
 
+@dataclass(frozen=True)
+class NextToken:
+    """What an engine reports about the next position after one sequence, computed on the device.
+
+    ``logprobs`` are the log-probabilities of the token ids the caller asked about (aligned with
+    them), ``top_ids``/``top_logprobs`` the k most probable tokens (most probable first; ``top_ids[0]``
+    is the unrestricted argmax) and ``entropy`` the exact entropy of the full distribution in nats.
+    Only these small arrays leave the device: no engine ships a whole vocabulary to Python for this.
+    """
+
+    logprobs: np.ndarray  # (len(asked),) float64
+    top_ids: np.ndarray  # (k,) int64
+    top_logprobs: np.ndarray  # (k,) float64
+    entropy: float
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """A causal LM whose whole next-token distribution can be read."""
@@ -130,6 +146,15 @@ class LanguageModel(Protocol):
 
     def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         """(len(seqs), vocab) float32 log-softmax at the end of each sequence."""
+
+    def read_next(
+        self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> list[NextToken]:
+        """At the end of each sequence: log-probs of the ``asked[i]`` ids, the top-k and the entropy.
+
+        The scored-position reading of every instrument goes through this (options, label slots,
+        argmax), so an engine that cannot afford a full-vocabulary dump (vLLM) still serves it.
+        """
 
     def continuation_logprobs(
         self, context: Sequence[int], continuations: Sequence[Sequence[int]]

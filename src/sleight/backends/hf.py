@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from sleight.backends.base import Edit, Generation, Hook, ModelInfo, sha256_text
+from sleight.backends.base import Edit, Generation, Hook, ModelInfo, NextToken, sha256_text
 from sleight.backends.tokens import HFTokenizerOps
 from sleight.backends.resolve import ResolvedModel
 from sleight.errors import UserError
@@ -157,6 +157,27 @@ class HFModel(HFTokenizerOps):
             logits, _ = self._forward(ids, mask, pos, last_only=True)
             rows.append(torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu().numpy())
         return np.concatenate(rows, axis=0)
+
+    def read_next(
+        self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> list[NextToken]:
+        if len(asked) != len(seqs):
+            raise ValueError("read_next needs one list of asked ids per sequence")
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError("read_next needs non-empty sequences")
+        out: list[NextToken] = []
+        for start in range(0, len(seqs), self.batch_size):
+            chunk = seqs[start : start + self.batch_size]
+            ids, mask, pos = self._padded(chunk, "left")
+            logits, _ = self._forward(ids, mask, pos, last_only=True)
+            lp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)
+            ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
+            tv, ti = torch.topk(lp, min(top_k, lp.shape[-1]), dim=-1) if top_k > 0 else (lp[:, :0], lp[:, :0].long())
+            tv, ti = tv.double().cpu().numpy(), ti.cpu().numpy()
+            for b, want in enumerate(asked[start : start + self.batch_size]):
+                got = lp[b, torch.tensor(list(want), dtype=torch.long, device=lp.device)] if want else lp[b, :0]
+                out.append(NextToken(got.double().cpu().numpy(), ti[b].astype(np.int64), tv[b], float(ent[b])))
+        return out
 
     def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         """Raw logits at the end of each sequence (for readouts that reproduce a library's own
