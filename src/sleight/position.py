@@ -1,0 +1,218 @@
+"""One reading of a scored position, shared by every instrument.
+
+A *scored position* is the next token after a context ``c``. Everything an instrument reads there
+comes from one batched :meth:`~sleight.backends.LanguageModel.read_next` call: the unrestricted
+argmax, the top tokens, the entropy, and per declared option set the options' in-context first
+tokens, the prefix condition, the mass and the distinctness. Nothing else in the package encodes
+a continuation at a boundary (:func:`encode_continuation`) or renormalises over a declared set
+(:func:`renormalise`).
+
+The boundary rule is lm-evaluation-harness's (``TemplateLM._encode_pair``, ``api/model.py``): the
+continuation's ids are the suffix of ``tok(c ‖ o)`` after ``tok(c)``, provided ``tok(c)`` is a
+prefix of it; when the tokenizer merges across the boundary no option score is defined there.
+
+Imports only :mod:`sleight.backends`, so the audit, the downstream pipelines and the jury can all
+use it without importing one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from sleight.backends.base import LanguageModel
+
+Encode = Callable[[str], Sequence[int]]
+
+
+# -- the boundary rule and the renormaliser (pure) -------------------------------------------------
+def suffix_after(context_ids: Sequence[int], full_ids: Sequence[int]) -> list[int] | None:
+    """``full_ids`` after ``context_ids`` when the latter is a strict prefix of it, else None."""
+    n = len(context_ids)
+    if len(full_ids) <= n or list(full_ids[:n]) != list(context_ids):
+        return None
+    return list(full_ids[n:])
+
+
+def encode_in_context(encode: Encode, context_text: str, continuation: str) -> list[int] | None:
+    """Ids of ``continuation`` after ``context_text`` under ``encode`` (the prefix condition), or None."""
+    return suffix_after(encode(context_text), encode(context_text + continuation))
+
+
+def encode_continuation(model: LanguageModel, context_text: str, continuation: str) -> list[int] | None:
+    """Tokens of ``continuation`` as the model sees them after ``context_text``; None when the
+    tokenizer merges across the boundary (then no option score is well defined there)."""
+    return encode_in_context(model.encode, context_text, continuation)
+
+
+def renormalise(logprobs: Sequence[float | None]) -> np.ndarray | None:
+    """Softmax over a declared set of log-probabilities; None when the set is empty or any member
+    is missing (a boundary not preserved) or not finite."""
+    if len(logprobs) == 0 or any(v is None or not np.isfinite(v) for v in logprobs):
+        return None
+    lp = np.asarray(logprobs, dtype=np.float64)
+    p = np.exp(lp - lp.max())
+    return p / p.sum()
+
+
+def distinct_mass(ids: Sequence[int | None], logprob: Callable[[int], float]) -> float | None:
+    """Σ p over the distinct ids (each token once); None -- never 0 -- when any id is missing."""
+    if not ids or any(t is None for t in ids):
+        return None
+    return float(sum(np.exp(logprob(int(t))) for t in dict.fromkeys(ids)))  # type: ignore[arg-type]
+
+
+# -- the readings -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OptionSetReading:
+    """One declared option set read at a position.
+
+    ``encodings`` are the in-context ids (None where the prefix condition failed); ``mass`` sums the
+    probabilities of the *distinct* in-context first tokens and is None (never 0) unless every
+    boundary is preserved. ``isolated_ids`` are each option's first id encoded on its own (how
+    lm-polygraph picks ``True``), with their log-probs at the same position. ``token_logprobs`` hold
+    every token of each in-context encoding when the set was read with ``score_options``.
+    """
+
+    options: tuple[str, ...]
+    encodings: tuple[tuple[int, ...] | None, ...]
+    first_ids: tuple[int | None, ...]
+    boundary_preserved: bool
+    distinct: bool
+    first_logprobs: tuple[float | None, ...]
+    mass: float | None
+    isolated_ids: tuple[int | None, ...]
+    isolated_logprobs: tuple[float | None, ...]
+    token_logprobs: tuple[tuple[float, ...] | None, ...] | None = None
+
+    @property
+    def logprobs(self) -> tuple[float | None, ...]:
+        """Full-sequence log-probability of each option in context (None where not available:
+        boundary not preserved, or a multi-token option read without ``score_options``)."""
+        out: list[float | None] = []
+        for enc, first, toks in zip(self.encodings, self.first_logprobs, self.token_logprobs or [None] * len(self.options)):
+            if enc is None:
+                out.append(None)
+            elif toks is not None:
+                out.append(float(np.sum(toks)))
+            else:
+                out.append(first if len(enc) == 1 else None)
+        return tuple(out)
+
+    @property
+    def isolated_mass(self) -> float | None:
+        """The mass of the options' first tokens encoded alone, read at the same position."""
+        lp = dict(zip(self.isolated_ids, self.isolated_logprobs))
+        return distinct_mass(self.isolated_ids, lambda t: lp[t])  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class PositionReading:
+    """Everything read at the next position after one context (log-probabilities in nats)."""
+
+    context_ids: tuple[int, ...]
+    argmax_id: int
+    argmax_logprob: float
+    top_ids: tuple[int, ...]
+    top_logprobs: tuple[float, ...]
+    entropy: float
+    option_sets: tuple[OptionSetReading, ...]
+    asked_ids: tuple[int, ...] = ()
+    asked_logprobs: tuple[float, ...] = ()
+
+    def logprob(self, token_id: int) -> float:
+        """log p(token) at this position, for any token that was asked about or is in the top-k."""
+        for ids, lps in ((self.asked_ids, self.asked_logprobs), (self.top_ids, self.top_logprobs)):
+            if token_id in ids:
+                return lps[ids.index(token_id)]
+        raise KeyError(f"token {token_id} was not read at this position")
+
+
+def read_positions(
+    model: LanguageModel,
+    contexts: Sequence[str],
+    option_sets: Sequence[Sequence[Sequence[str]]],
+    *,
+    top_k: int = 20,
+    extra_ids: Sequence[int] = (),
+    score_options: bool = False,
+) -> list[PositionReading]:
+    """Read each context's next position against each of its option sets.
+
+    ``option_sets[i]`` are the sets declared for ``contexts[i]``. One batched ``read_next`` call
+    serves every context (the options' in-context and isolated first ids, plus ``extra_ids``, are the
+    asked ids). With ``score_options`` the later tokens of multi-token options are scored too (one
+    ``continuation_logprobs`` call per context that has any), so full-sequence log-probs exist.
+    """
+    if len(option_sets) != len(contexts):
+        raise ValueError(f"{len(contexts)} contexts but {len(option_sets)} lists of option sets")
+    if top_k < 1:
+        raise ValueError("read_positions needs top_k >= 1 (the argmax is the first top token)")
+    ctx_ids = [list(model.encode(c)) for c in contexts]
+    if any(not ids for ids in ctx_ids):
+        raise ValueError("read_positions needs non-empty contexts")
+    encs = [
+        [[suffix_after(ids, model.encode(c + o)) for o in opts] for opts in sets]
+        for c, ids, sets in zip(contexts, ctx_ids, option_sets)
+    ]
+    alone: dict[str, int | None] = {}
+    for sets in option_sets:
+        for opts in sets:
+            for o in opts:
+                if o not in alone:
+                    ids = model.encode(o)
+                    alone[o] = int(ids[0]) if ids else None
+    asked: list[list[int]] = []
+    for sets, per_set in zip(option_sets, encs):
+        want = [e[0] for es in per_set for e in es if e] + [alone[o] for opts in sets for o in opts] + list(extra_ids)
+        asked.append(list(dict.fromkeys(int(t) for t in want if t is not None)))
+    nexts = model.read_next(ctx_ids, asked, top_k=top_k)
+
+    out: list[PositionReading] = []
+    for i, (sets, per_set, nt) in enumerate(zip(option_sets, encs, nexts)):
+        lp = dict(zip(asked[i], (float(v) for v in nt.logprobs)))
+        readings = []
+        for opts, es in zip(sets, per_set):
+            first = tuple(int(e[0]) if e else None for e in es)
+            preserved = bool(es) and all(e is not None for e in es)
+            iso = tuple(alone[o] for o in opts)
+            tokens: tuple[tuple[float, ...] | None, ...] | None = None
+            if score_options:
+                multi = [j for j, e in enumerate(es) if e is not None and len(e) > 1]
+                later = dict(zip(multi, model.continuation_logprobs(ctx_ids[i], [es[j] for j in multi]))) if multi else {}
+                tokens = tuple(
+                    None if e is None else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
+                    for j, e in enumerate(es)
+                )
+            readings.append(
+                OptionSetReading(
+                    options=tuple(opts),
+                    encodings=tuple(tuple(e) if e is not None else None for e in es),
+                    first_ids=first,
+                    boundary_preserved=preserved,
+                    distinct=preserved and len(set(first)) == len(first),
+                    first_logprobs=tuple(lp[t] if t is not None else None for t in first),
+                    mass=distinct_mass(first, lp.__getitem__) if preserved else None,
+                    isolated_ids=iso,
+                    isolated_logprobs=tuple(lp[t] if t is not None else None for t in iso),
+                    token_logprobs=tokens,
+                )
+            )
+        top_ids = tuple(int(t) for t in nt.top_ids)
+        top_lps = tuple(float(v) for v in nt.top_logprobs)
+        out.append(
+            PositionReading(
+                context_ids=tuple(ctx_ids[i]),
+                argmax_id=top_ids[0],
+                argmax_logprob=top_lps[0],
+                top_ids=top_ids,
+                top_logprobs=top_lps,
+                entropy=float(nt.entropy),
+                option_sets=tuple(readings),
+                asked_ids=tuple(asked[i]),
+                asked_logprobs=tuple(lp[t] for t in asked[i]),
+            )
+        )
+    return out
