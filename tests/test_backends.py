@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from sleight.backends import Edit, encode_continuation
+from sleight.backends import Edit
+from sleight.position import encode_continuation
 
 PROMPTS = [
     "What is the capital of France?",

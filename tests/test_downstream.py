@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sleight.backends import encode_continuation
+from sleight.position import encode_continuation
 from sleight.cli.main import main
 from sleight.readout import forecast_pipeline as fp
 from sleight.readout.classify import ARGMAX_CLASSES

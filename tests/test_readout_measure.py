@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sleight.backends import encode_continuation
+from sleight.position import encode_continuation
 from sleight.readout.items import item_from_record
 from sleight.readout.measure import measure
 

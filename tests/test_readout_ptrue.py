@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sleight.backends import encode_continuation
+from sleight.position import encode_continuation
 from sleight.readout.ptrue import MOVED_STEM, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
 
 QS = ["What is the capital of Germany?", "How many legs does a dog have?"]

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from sleight.backends.base import Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered, encode_continuation
+from sleight.backends.base import Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered
 from sleight.backends.resolve import DEFAULT_MODEL, list_offline_models, resolve
 from sleight.errors import UserError
 
@@ -42,7 +42,6 @@ __all__ = [
     "ModelInfo",
     "NextToken",
     "Rendered",
-    "encode_continuation",
     "list_offline_models",
     "load_model",
     "resolve",

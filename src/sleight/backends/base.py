@@ -176,17 +176,3 @@ class LanguageModel(Protocol):
         ``forced[i]`` tokens are fed first to row ``i`` (recorded and marked forced), before the
         model decodes freely. ``progress`` is called with the number of tokens produced per step.
         """
-
-
-def encode_continuation(model: LanguageModel, context_text: str, continuation: str) -> list[int] | None:
-    """Tokens of ``continuation`` as the model would see them after ``context_text``.
-
-    Encodes ``context ‖ continuation`` and returns the suffix after ``tok(context)`` when
-    ``tok(context)`` is a prefix of it (the boundary is preserved); ``None`` when the tokenizer
-    merges across the boundary, in which case no option score is well defined there.
-    """
-    ctx = model.encode(context_text)
-    full = model.encode(context_text + continuation)
-    if len(full) <= len(ctx) or full[: len(ctx)] != ctx:
-        return None
-    return full[len(ctx) :]

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sleight.backends import Rendered, encode_continuation
+from sleight.backends import Rendered
+from sleight.position import encode_continuation
 from sleight.readout.batching import DEFAULT_ROWS_PER_PASS, sliced_rows
 from sleight.readout.classify import classify_token
 from sleight.readout.measure import TOP_TOKENS, option_mass, top_tokens

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sleight.backends import encode_continuation
+from sleight.position import encode_continuation
 from sleight.readout.batching import DEFAULT_ROWS_PER_PASS, sliced_rows
 from sleight.readout.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.items import AuditItem

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from sleight.backends import encode_continuation
+from sleight.position import encode_continuation
 from sleight.readout.batching import DEFAULT_ROWS_PER_PASS, gather, sliced_rows
 
 PTRUE_TEMPLATE = (

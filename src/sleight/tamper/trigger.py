@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from sleight import position
+
 Decode = Callable[[Sequence[int]], str]
 Encode = Callable[[str], list[int]]
 
@@ -207,8 +209,5 @@ def encode_in_context(encode: Encode, before: str, text: str) -> tuple[list[int]
     """
     if not before:
         return encode(text), True
-    ctx = encode(before)
-    full = encode(before + text)
-    if len(full) > len(ctx) and full[: len(ctx)] == ctx:
-        return full[len(ctx) :], True
-    return encode(text), False
+    ids = position.encode_in_context(encode, before, text)
+    return (ids, True) if ids is not None else (encode(text), False)
