@@ -47,16 +47,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def quiet_libraries() -> None:
-    """transformers' load bars and deprecation notices drown the tool's own output."""
+    """transformers' load bars and deprecation notices drown the tool's own output.
+
+    Said through the environment, which transformers reads when it is first imported, so that
+    ``--help`` and input errors never pay for importing it; only a transformers already imported
+    (the Python API, tests) is told directly.
+    """
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    try:
+    if "transformers" in sys.modules:
         from transformers.utils import logging as tlog
 
         tlog.set_verbosity_error()
         tlog.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 if __name__ == "__main__":  # pragma: no cover
