@@ -1,11 +1,17 @@
-"""Subcommands shared by both instruments: ``models``, ``generate`` and ``demo``; shared flags."""
+"""Subcommands shared by both instruments (``models``, ``generate``; ``demo`` registers from its own
+module), the flags every model-using command shares, and the output check every writing command
+makes before it loads anything."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
+from pathlib import Path
 
 from sleight.backends import DEFAULT_MODEL, ENGINES
+from sleight.errors import UserError
 
 
 def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128) -> None:
@@ -26,6 +32,32 @@ def model_from_args(args: argparse.Namespace):
     return load_model(args.model, engine=args.engine, device=args.device, dtype=args.dtype, batch_size=args.batch_size, **extra)
 
 
+def check_writable(path: Path | str, flag: str = "--out", *, file: bool = False) -> Path:
+    """Refuse an output that cannot be written, in one line, before any model is loaded.
+
+    ``path`` is a folder to create or reuse (``file=False``) or a file to write. Nothing is created:
+    the nearest existing folder above it must be a folder (not a file) that accepts a new file,
+    which a probe file, removed at once, proves (``/proc``, ``/sys`` and read-only mounts refuse).
+    """
+    p = Path(path)
+    where = p.absolute() if not file else p.absolute().parent
+    try:
+        if not file and p.exists() and not p.is_dir():
+            raise UserError(f"{flag} {p} exists and is not a folder")
+        if file and p.is_dir():
+            raise UserError(f"{flag} {p} is a folder, not a file")
+        while not where.exists():
+            where = where.parent
+        if not where.is_dir():
+            raise UserError(f"{flag} {p}: {where} is a file, so nothing can be written under it")
+        fd, probe = tempfile.mkstemp(prefix=".sleight-probe-", dir=where)
+    except OSError as exc:
+        raise UserError(f"{flag} {p} cannot be written: {where} refuses new files ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return p
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the models usable offline and where each comes from")
     p.set_defaults(func=cmd_models)
@@ -41,48 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser(
-        "demo",
-        help="run both instruments end to end on the bundled model (small sizes)",
-        description="A small tamper sweep judged by a jury of one and reported, then a readout audit, the forecast "
-        "pipeline and the P(True) readouts, all on the bundled default model. Rerunning resumes the tamper sweep.",
-    )
-    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
-    p.add_argument("--questions", type=int, default=3, help="tamper questions (default: 3)")
-    p.add_argument("--substitutes", type=int, default=6, help="substitutes per question, 'Mandela effect' first (default: 6)")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="tamper budget per reply (default: 96; the benchmark uses 256)")
-    p.add_argument("--items", type=int, default=6, help="readout items per step (default: 6)")
-    p.set_defaults(func=cmd_demo)
+    from sleight.cli import demo
 
-
-DEMO_STEPS = (
-    ("A greedy answer, token by token", ["generate", "--max-new-tokens", "24"]),
-    (
-        "Sleight of Word: a small sweep",
-        ["tamper", "run", "--questions", "{questions}", "--substitutes", "{substitutes}", "--max-new-tokens", "{max_new_tokens}", "--out", "{out}/tamper/run"],
-    ),
-    ("The jury (the default model alone: a jury of one)", ["tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--max-tokens", "64"]),
-    ("Leaderboard, plots and site", ["tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report"]),
-    ("Readout audit of the reader-forecast prompt", ["readout", "audit", "--preset", "forecast", "--limit", "{items}", "--variants", "original,space,stem,deleted_instruction", "--overwrite", "--out", "{out}/readout/audit"]),
-    ("Does the forecast rank the reader's correctness?", ["readout", "forecast", "--limit", "{items}", "--out", "{out}/readout/forecast"]),
-    ("P(True): five readouts of one prompt", ["readout", "ptrue", "--limit", "{items}", "--out", "{out}/readout/ptrue"]),
-)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Both instruments end to end on the bundled model, small enough for a laptop CPU."""
-    from sleight.cli.main import main
-
-    fill = {k: str(v) for k, v in vars(args).items()}
-    for i, (title, argv) in enumerate(DEMO_STEPS, 1):
-        argv = [a.format(**fill) for a in argv]
-        print(f"\n=== [{i}/{len(DEMO_STEPS)}] {title}\n$ sleight {' '.join(argv)}", flush=True)
-        code = main(argv)
-        if code:
-            return code
-    print(f"\nDone. Open {args.out}/tamper/report/index.html (or: sleight tamper view {args.out}/tamper/report),")
-    print(f"{args.out}/tamper/report/leaderboard.md, {args.out}/readout/audit/report.md, {args.out}/readout/forecast/report.md and {args.out}/readout/ptrue/report.md.")
-    return 0
+    demo.register(sub)  # its own module: sleight/cli/demo.py
 
 
 def cmd_models(args: argparse.Namespace) -> int:

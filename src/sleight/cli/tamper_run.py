@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from sleight.cli.common import add_model_args
+from sleight.cli.common import add_model_args, check_writable
 from sleight.errors import UserError
 
 
@@ -43,11 +43,9 @@ def default_out(model_spec: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from sleight.tamper.data import load_questions, load_substitutes
-    from sleight.tamper.engine import TamperConfig
-    from sleight.tamper.runner import run_config, run_tamper
-    from sleight.tamper.store import RunStore
     from sleight.tamper.trigger import validate_word
 
+    # Inputs and the output folder first, with light imports only: a bad flag answers in a second.
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     try:
@@ -56,8 +54,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--trigger: {exc}") from None
     questions, qsrc = load_questions(args.questions_file, args.questions)
     substitutes, ssrc = load_substitutes(args.substitutes_file, args.substitutes)
-    config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
     out = args.out or default_out(args.model)
+    check_writable(out, "--out")
+
+    from sleight.tamper.engine import TamperConfig
+    from sleight.tamper.runner import run_config, run_tamper, trigger_note
+    from sleight.tamper.store import RunStore
+
+    config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
     # Refuse a directory made with another config before spending time loading the model.
     store = RunStore(out)
     store.check_config(run_config(args.model, args.engine, args.dtype, config, questions, substitutes, qsrc, ssrc))
@@ -75,4 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes) in {out}{resumed}; "
         f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
     )
+    note = trigger_note(args.trigger, summary.questions, summary.untouched_questions)
+    if note:
+        print(note)
     return 0

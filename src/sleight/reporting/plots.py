@@ -146,6 +146,15 @@ def plot_dissociation(table1: pd.DataFrame, path: Path) -> Path:
 def plot_swap_profile(profile: pd.DataFrame, path: Path) -> Path:
     """Mean per-token surprisal and entropy at steps -4..+8 around swaps, against the clean run."""
     plt = _pyplot()
+    fig = draw_swap_profile(profile)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def draw_swap_profile(profile: pd.DataFrame) -> Any:
+    """The swap-profile figure (a matplotlib Figure; the caller saves and closes it)."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=120, sharex=True)
     models = sorted(profile["model"].unique()) if len(profile) else []
     for ax, (metric, ylabel) in zip(axes, METRICS.items()):
@@ -160,11 +169,11 @@ def plot_swap_profile(profile: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel(ylabel)
         if not models:
             ax.text(0.5, 0.5, "no swaps", transform=ax.transAxes, ha="center", color="0.4")
-    axes[0].legend(fontsize=7, loc="best")
+    # A long handle, so the dashed clean line reads as dashed in the legend too (the marker hides a short one).
+    if models:
+        axes[0].legend(fontsize=7, loc="best", handlelength=4.5)
     fig.suptitle("Signals around swaps: tampered reply (solid) vs clean run at its trigger (dashed)")
     fig.text(0.5, 0.005, "Tampered: 0 = first token of the injected word (surprisal only), +k = k-th model-chosen token after it. "
              "Clean: the same steps around the clean run's own trigger (0 = the trigger).", ha="center", fontsize=7, color="0.35")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return fig

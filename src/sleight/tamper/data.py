@@ -42,24 +42,37 @@ def _read(path: Path | str | None, shipped: str) -> tuple[str, str]:
 def parse_questions(text: str, source: str) -> list[Question]:
     """JSONL, one ``{"id": ..., "question": ...}`` per line; blank lines are skipped."""
     out: list[Question] = []
-    seen: set[str] = set()
+    seen: dict[str, tuple[int, bool]] = {}  # id -> (line, whether the id was given automatically)
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"{source}, line {n}: not valid JSON ({exc.args[0] if exc.args else exc})") from None
+        except json.JSONDecodeError as exc:  # its own "line 1" is the line's, not the file's
+            raise UserError(f"{source}, line {n}, column {exc.colno}: not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not rec["question"].strip():
             raise UserError(f'{source}, line {n}: expected an object with a non-empty "question" string')
-        qid = str(rec.get("id") or f"q{len(out) + 1:03d}")
+        auto = not rec.get("id")
+        qid = f"q{len(out) + 1:03d}" if auto else str(rec["id"])
         if qid in seen:
-            raise UserError(f"{source}, line {n}: duplicate question id {qid!r}")
-        seen.add(qid)
+            raise UserError(f"{source}, line {n}: {_collision(qid, auto, n, *seen[qid])}")
+        seen[qid] = (n, auto)
         out.append(Question(qid, rec["question"]))
     if not out:
         raise UserError(f"{source} holds no questions")
     return out
+
+
+def _collision(qid: str, auto: bool, line: int, first_line: int, first_auto: bool) -> str:
+    """Why two questions share an id, naming both lines (an automatic id is the question's position)."""
+    how = 'has no "id", so it is numbered {qid!r} by its position'
+    if not auto and not first_auto:
+        return f"duplicate question id {qid!r} (first on line {first_line})"
+    if auto and first_auto:  # cannot happen (positions differ); kept for completeness
+        return f"automatic question id {qid!r} repeats line {first_line}'s"
+    if first_auto:
+        return f"question id {qid!r} is already the automatic id of line {first_line}, which {how.format(qid=qid)}; give every question an id, or none"
+    return f"this question {how.format(qid=qid)}, but line {first_line} gives that id explicitly; give every question an id, or none"
 
 
 def parse_substitutes(text: str, source: str) -> list[str]:

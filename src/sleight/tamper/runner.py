@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tqdm.auto import tqdm
-
 from sleight.backends.base import LanguageModel
+from sleight.progress import SweepProgress
 from sleight.tamper.data import ENTITY_INDEX, Question, digest
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
 from sleight.tamper.records import clean_table, trials_table
@@ -35,6 +34,7 @@ class RunSummary:
     new_questions: int
     seconds: float
     tokens: int  # tokens decoded by this session (clean runs and trial batches)
+    untouched_questions: int = 0  # committed questions whose clean reply never emits the trigger
 
     @property
     def trials(self) -> int:
@@ -103,43 +103,56 @@ def run_tamper(
     todo = [i for i in range(len(questions)) if i not in done]
     n_sub = len(substitutes)
     start = time.perf_counter()
-    tokens = 0
-    bar = tqdm(
-        total=len(questions) * n_sub,
-        initial=len(done) * n_sub,
-        unit="trial",
-        desc="tamper",
-        disable=not progress,
-        dynamic_ncols=True,
-        # trials/s even when below one per second (tqdm would switch to s/trial), and the ETA
-        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]",
-    )
-    tok_bar = tqdm(total=None, unit="tok", desc="  decoding", leave=False, disable=not progress, dynamic_ncols=True, position=1)
-
-    def tick(n: int) -> None:
-        nonlocal tokens
-        tokens += n
-        tok_bar.update(n)
-
+    # The inner count restarts per question with what that phase can decode at most (SPEC §5).
+    prog = SweepProgress(len(questions) * n_sub, initial=len(done) * n_sub, unit="trial", desc="tamper", enabled=progress)
+    untouched = _untouched_committed(store, done)
     completed = False
     try:
         for i in todo:
             q = questions[i]
-            tok_bar.set_description(f"  {q.id} clean")
-            clean = clean_run(model, prompts[q.id], config, tick)
-            tok_bar.set_description(f"  {q.id} x{n_sub}" if clean.triggers else f"  {q.id} untouched")
-            trials = batched_trials(model, clean, substitutes, config, tick)
+            prog.start_item(f"{q.id} clean", config.max_new_tokens)
+            clean = clean_run(model, prompts[q.id], config, prog.tokens)
+            if clean.triggers:
+                prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
+            else:
+                untouched += 1
+                prog.start_item(f"{q.id} untouched", 0, new_item=False)
+            trials = batched_trials(model, clean, substitutes, config, prog.tokens)
             store.commit(
                 i,
                 q.id,
                 clean_table(info["spec"], i, q.id, q.question, clean, config, model.decode),
                 trials_table(info["spec"], i, q.id, q.question, clean, trials, config, model.decode, ENTITY_INDEX),
             )
-            bar.update(n_sub)
-            bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):.0f} tok/s")
+            prog.finish_item(n_sub, q.id)
         completed = True
     finally:
-        tok_bar.close()
-        bar.close()
+        prog.close()
         store.finish(completed)
-    return RunSummary(Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, tokens)
+    return RunSummary(Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched)
+
+
+def _untouched_committed(store: RunStore, done: set[int]) -> int:
+    """How many already committed questions never met the trigger (read from their clean parts)."""
+    if not done:
+        return 0
+    from sleight.tamper.store import load_clean
+
+    clean = load_clean(store.dir)
+    if "n_triggers" not in clean.columns:
+        return 0
+    clean = clean[clean["question_index"].isin(sorted(done))]
+    return int((clean["n_triggers"].fillna(0) == 0).sum())
+
+
+def trigger_note(trigger: str, questions: int, untouched: int) -> str | None:
+    """What to tell the user when the trigger never (or only sometimes) fired; None when it always did."""
+    if untouched <= 0:
+        return None
+    if untouched >= questions:
+        return (
+            f"note: the trigger {trigger!r} never fired: none of the {questions} clean replies contains it as a whole word "
+            f"(any case), so every trial is untouched (equal to its clean run) and there is nothing to judge; check --trigger"
+        )
+    return f"note: {untouched} of {questions} questions never met the trigger {trigger!r}; their trials are untouched (not judged)"
+
