@@ -29,6 +29,7 @@ class ModelInfo:
     dtype: str
     device: str
     batch_size: int
+    threads: int = 0  # torch CPU threads the engine ran with (0: not applicable or unknown)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +114,38 @@ class NextToken:
     entropy: float
 
 
+@dataclass
+class Scored:
+    """Teacher-forced records of one reply: per token, what the model thought at its position.
+
+    The same fields, dtypes and meaning as :class:`Generation` (``top_ids[:, 0]`` is the argmax at
+    each position), computed in one forward pass over the finished reply instead of during decoding.
+    """
+
+    token_ids: list[int]
+    logprobs: np.ndarray  # (n,) float64
+    top_ids: np.ndarray  # (n, k) int64
+    top_logprobs: np.ndarray  # (n, k) float32
+    entropy: np.ndarray  # (n,) float32
+
+    @classmethod
+    def empty(cls, k: int) -> "Scored":
+        return cls([], np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k), np.float32), np.zeros(0, np.float32))
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What plain greedy generation returned for one prompt (no per-token records).
+
+    ``token_ids`` never holds an end-of-sequence id; a stop token that ended it is kept as its last
+    token. ``finish_reason``: ``"stop"`` (the model chose end-of-sequence), ``"length"`` (the token
+    budget is spent) or ``"stop_token"`` (a stop token id or stop string was generated).
+    """
+
+    token_ids: list[int]
+    finish_reason: str
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """A causal LM whose whole next-token distribution can be read."""
@@ -156,10 +189,31 @@ class LanguageModel(Protocol):
         argmax), so an engine that cannot afford a full-vocabulary dump (vLLM) still serves it.
         """
 
+    def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """(len(seqs), vocab) float32 raw logits at the end of each sequence (for readouts that
+        reproduce a library's own post-processing of logits)."""
+
     def continuation_logprobs(
         self, context: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
         """Per-token log-probabilities of each continuation after ``context`` (one array each)."""
+
+    def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
+        """Teacher-forced records of each reply after ``context``: log-prob, top-k and exact entropy
+        per token, equal to what :meth:`greedy` records for the same tokens. The prefix the replies
+        share is computed once and forked; only (n, k) and (n,) arrays leave the device."""
+
+    def generate_until(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int | Sequence[int],
+        *,
+        stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Completion]:
+        """Plain greedy generation, batched, until end-of-sequence, the budget (``max_tokens``, one
+        per prompt or one for all), a stop token id or a stop string (searched in the output text)."""
 
     def greedy(
         self,

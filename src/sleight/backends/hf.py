@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from sleight.backends.base import Edit, Generation, Hook, ModelInfo, NextToken, sha256_text
+from sleight.backends.base import Completion, Edit, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.tokens import HFTokenizerOps
 from sleight.backends.resolve import ResolvedModel
 from sleight.errors import UserError
@@ -89,6 +89,7 @@ class HFModel(HFTokenizerOps):
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = 128,
+        threads: int | None = None,
     ) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -96,6 +97,9 @@ class HFModel(HFTokenizerOps):
         if dtype not in _DTYPES:
             raise UserError(f"unknown dtype '{dtype}' (choose from {', '.join(_DTYPES)})")
         self.device = pick_device(device)
+        if threads:
+            # Before the first forward pass: torch sizes its OpenMP pool on first use.
+            torch.set_num_threads(max(1, int(threads)))
         self.resolved = resolved
         self.batch_size = batch_size
         try:
@@ -122,14 +126,17 @@ class HFModel(HFTokenizerOps):
             dtype=dtype,
             device=self.device,
             batch_size=batch_size,
+            threads=torch.get_num_threads(),
         )
 
     # -- forward passes ------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None, last_only: bool = False):
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None, last_only: bool = False, keep: int = 0):
         """One forward pass; ``last_only`` computes the output layer at the last position only
-        (a (batch, seq, vocab) logits tensor is the biggest allocation of a long prompt)."""
-        extra = {"logits_to_keep": 1} if last_only else {}
+        (a (batch, seq, vocab) logits tensor is the biggest allocation of a long prompt), ``keep``
+        at the last ``keep`` positions."""
+        keep = 1 if last_only else keep
+        extra = {"logits_to_keep": keep} if keep else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
@@ -217,7 +224,148 @@ class HFModel(HFTokenizerOps):
             results.extend(np.asarray(p, dtype=np.float64) for p in per)
         return results
 
+    @torch.inference_mode()
+    def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
+        if not context:
+            raise ValueError("score_tokens needs a non-empty context")
+        ctx = list(context)
+        out: list[Scored] = [Scored.empty(top_k) for _ in replies]
+        live = [i for i, r in enumerate(replies) if len(r)]
+        if not live:
+            return out
+        full = [ctx + [int(t) for t in replies[i]] for i in live]
+        # 1. What every reply shares (the context and the replies' common start), once, at batch 1:
+        # its last ``head`` positions score the first ``head`` tokens of every reply.
+        shared = _common_prefix_len(full)
+        head = shared - len(ctx) + 1
+        ids = torch.tensor([full[0][:shared]], device=self.device)
+        logits, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=self.device)[None], keep=head)
+        h_lp, h_ids, h_top, h_ent = _position_records(logits[0], top_k)
+        parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
+        for b, i in enumerate(live):
+            toks = full[b][len(ctx) : len(ctx) + head]
+            idx = torch.arange(len(toks), device=self.device)
+            tok_lp = h_lp[idx, torch.tensor(toks, device=self.device)]
+            parts[i] = [(tok_lp.double().cpu().numpy(), h_ids[: len(toks)], h_top[: len(toks)], h_ent[: len(toks)])]
+        # 2. The rest of each reply, its cache forked from the shared part, rows in memory-sized groups.
+        tails = [(i, full[b][shared : len(full[b]) - 1], full[b][shared + 1 :]) for b, i in enumerate(live) if len(full[b]) > shared + 1]
+        if tails:
+            width = max(len(t[1]) for t in tails)
+            rows = max(1, min(self.batch_size, _SCORE_BYTES // max(1, 16 * width * self._vocab)))
+            for start in range(0, len(tails), rows):
+                chunk = tails[start : start + rows]
+                tid, tmask, _ = self._padded([t[1] for t in chunk], "right")
+                pre = torch.ones((len(chunk), shared), dtype=torch.long, device=self.device)
+                tpos = shared + torch.arange(tid.shape[1], device=self.device).expand(len(chunk), -1)
+                tlogits, _ = self._forward(tid, torch.cat([pre, tmask], 1), tpos, _repeat_cache(cache, len(chunk)))
+                lp = torch.log_softmax(tlogits.float(), dim=-1)
+                ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
+                tv, ti = torch.topk(lp, top_k, dim=-1)
+                want, _, _ = self._padded([t[2] for t in chunk], "right")
+                tok_lp = lp.gather(-1, want[..., None])[..., 0].double().cpu().numpy()
+                ti, tv = ti.cpu().numpy(), tv.cpu().numpy()
+                for b, (i, fed, _) in enumerate(chunk):
+                    n = len(fed)
+                    parts[i].append((tok_lp[b, :n], ti[b, :n], tv[b, :n], ent[b, :n]))
+                del lp, tlogits
+        for b, i in enumerate(live):
+            lp_, ids_, top_, ent_ = (np.concatenate(a) for a in zip(*parts[i]))
+            out[i] = Scored(
+                token_ids=list(full[b][len(ctx) :]),
+                logprobs=lp_.astype(np.float64),
+                top_ids=ids_.astype(np.int64).reshape(-1, top_k),
+                top_logprobs=top_.astype(np.float32).reshape(-1, top_k),
+                entropy=ent_.astype(np.float32),
+            )
+        return out
+
     # -- decoding ------------------------------------------------------------------------------
+    def generate_until(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int | Sequence[int],
+        *,
+        stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Completion]:
+        """Batched lockstep greedy with no records: the hf side of two-phase decoding."""
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("generate_until needs non-empty prompts")
+        budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
+        if len(budgets) != len(prompts):
+            raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+        stops = frozenset(int(t) for t in stop_token_ids)
+        out: list[Completion] = []
+        for start in range(0, len(prompts), self.batch_size):
+            sl = slice(start, start + self.batch_size)
+            out.extend(self._until_batch(list(prompts[sl]), budgets[sl], stops, tuple(stop), progress))
+        return out
+
+    @torch.inference_mode()
+    def _until_batch(self, prompts, budgets, stops, stop_strs, progress) -> list[Completion]:
+        n = len(prompts)
+        outs: list[list[int]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        go = [i for i in range(n) if budgets[i] > 0]
+        if not go:
+            return [Completion([], "length") for _ in range(n)]
+        logits, cache, mask = self._prefill([prompts[i] for i in go])
+        alive = go
+        while alive:
+            nxt = torch.log_softmax(logits.float(), dim=-1).argmax(-1).tolist()
+            keep = []
+            for b, r in enumerate(alive):
+                tok = int(nxt[b])
+                if tok in self._eos:
+                    finish[r] = "stop"
+                    continue
+                outs[r].append(tok)
+                if tok in stops or (stop_strs and any(s in self.decode(outs[r]) for s in stop_strs)):
+                    finish[r] = "stop_token"
+                elif len(outs[r]) >= budgets[r]:
+                    finish[r] = "length"
+                else:
+                    keep.append(b)
+            if progress:
+                progress(len(alive))
+            if not keep:
+                break
+            mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long, device=self.device)], 1)
+            feed = [outs[alive[b]][-1] for b in keep]
+            if len(keep) < len(alive):
+                idx = torch.tensor(keep, device=self.device)
+                cache = _select_cache(cache, idx)
+                mask = mask[idx]
+                alive = [alive[b] for b in keep]
+            pos = (mask.sum(-1) - 1)[:, None]
+            logits, cache = self._forward(torch.tensor(feed, device=self.device)[:, None], mask, pos, cache, last_only=True)
+            logits = logits[:, -1, :]
+        return [Completion(o, f) for o, f in zip(outs, finish)]
+
+    def _prefill(self, prompts: Sequence[Sequence[int]]):
+        """The prompts' forward pass: the prefix they all share once at batch 1, its cache forked,
+        then each row's own suffix left-padded after it with explicit positions. Returns the last
+        position's logits, the cache and the attention mask."""
+        n = len(prompts)
+        dev = self.device
+        # Each row keeps >= 1 token of its own, so every row has a last position of its own.
+        shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
+        cache = None
+        mask = torch.zeros((n, 0), dtype=torch.long, device=dev)
+        if shared > 0:
+            ids = torch.tensor([list(prompts[0][:shared])], device=dev)
+            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None], last_only=True)
+            cache = _repeat_cache(cache, n, copy=False)
+            mask = torch.ones((n, shared), dtype=torch.long, device=dev)
+        tid, tmask, _ = self._padded([p[shared:] for p in prompts], "left")
+        pos = shared + (tmask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([mask, tmask], 1)
+        logits, cache = self._forward(tid, mask, pos, cache, last_only=True)
+        return logits[:, -1, :], cache, mask
+
     def greedy(
         self,
         prompts: Sequence[Sequence[int]],
@@ -247,21 +395,7 @@ class HFModel(HFTokenizerOps):
     def _greedy_batch(self, prompts, max_new, hook, forced, top_k, progress, row_offset):
         n = len(prompts)
         dev = self.device
-        # 1. The shared prefix, computed once with batch 1 (each row keeps >= 1 token of its own).
-        shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
-        cache = None
-        mask = torch.zeros((n, 0), dtype=torch.long, device=dev)
-        if shared > 0:
-            ids = torch.tensor([prompts[0][:shared]], device=dev)
-            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None], last_only=True)
-            cache = _repeat_cache(cache, n, copy=False)
-            mask = torch.ones((n, shared), dtype=torch.long, device=dev)
-        # 2. The rows' own suffixes, left-padded after the prefix, with explicit positions.
-        tid, tmask, _ = self._padded([p[shared:] for p in prompts], "left")
-        pos = shared + (tmask.cumsum(-1) - 1).clamp(min=0)
-        mask = torch.cat([mask, tmask], 1)
-        logits, cache = self._forward(tid, mask, pos, cache, last_only=True)
-        logits = logits[:, -1, :]
+        logits, cache, mask = self._prefill(prompts)
 
         rows = [_Row(queue=list(f)[:max_new]) for f in forced]
         alive = list(range(n))  # original row of each live batch position
@@ -348,6 +482,7 @@ class HFModel(HFTokenizerOps):
         row.queue = force[1:]
 
 
+_SCORE_BYTES = 1 << 30  # bound on a scoring pass's logits and the tensors derived from them
 _RETRACT_WINDOW = 6  # steps of full distributions kept, so an edit may retract up to 5 tokens
 
 
@@ -361,6 +496,15 @@ class _StepDist:
         tids, tlp, ent = self.top if self.top is not None else (self.top_ids[b], self.top_lp[b], float(self.ent[b]))
         row.accept(tok, float(self.lp[b, tok]), tids, tlp, ent, forced, self.step)
         row.cache_pos.append(col)
+
+
+def _position_records(logits: torch.Tensor, top_k: int):
+    """(seq, vocab) logits -> the log-softmax (kept on the device) and, on the host, top-k ids and
+    log-probs and the exact entropy per position: the formulas the lockstep decoder records with."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
+    tv, ti = torch.topk(lp, top_k, dim=-1)
+    return lp, ti.cpu().numpy(), tv.cpu().numpy(), ent
 
 
 def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

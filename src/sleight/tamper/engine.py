@@ -85,12 +85,30 @@ class Substitution:
 
 
 @dataclass
+class Cost:
+    """What deciding one reply's tokens took from the engine (counted by two-phase decoding).
+
+    ``requests``: generation requests sent for it (one per round it was live in); ``decoded``:
+    tokens the engine generated, discarded look-ahead and post-trigger tokens and the end-of-sequence
+    step included; ``prefilled``: prompt tokens not already in the engine's prefix cache, counted per
+    token (the row's own earlier sequence is cached; the question's shared prompt counts once, in the
+    clean run).
+    """
+
+    requests: int = 0
+    decoded: int = 0
+    prefilled: int = 0
+
+
+@dataclass
 class Clean:
     """The clean (untampered) run of one question and the triggers it contains."""
 
     rendered: Rendered
     reply: Reply
     triggers: list[Trigger]
+    disagreements: int = 0  # two-phase: positions where the scoring pass's argmax is not the decided token
+    cost: Cost | None = None
 
 
 @dataclass
@@ -102,6 +120,8 @@ class Trial:
     reply: Reply
     substitutions: list[Substitution] = field(default_factory=list)
     untouched: bool = False
+    disagreements: int = 0  # two-phase: model-chosen positions whose scored argmax is another token
+    cost: Cost | None = None
 
 
 def render_question(model: LanguageModel, question: str) -> Rendered:
@@ -124,6 +144,23 @@ def plan_substitution(
         trigger_tokens=trigger.n_tokens,
         fallback=not ok,
     )
+
+
+class WordEnd:
+    """Cheap filter: a token can only end the word if it carries the word's last letter."""
+
+    def __init__(self, model: LanguageModel, word: str) -> None:
+        self.model = model
+        self._last = word[-1].lower() if word.isascii() else None
+        self._surface: dict[int, str] = {}
+
+    def __call__(self, token: int) -> bool:
+        if self._last is None:
+            return True
+        s = self._surface.get(token)
+        if s is None:
+            s = self._surface[token] = self.model.token_text(token).lower()
+        return self._last in s
 
 
 class SwapHook:
@@ -150,17 +187,7 @@ class SwapHook:
         self.injected = [list(f) for f in injected] if injected is not None else [[] for _ in substitutes]
         self.substitutions: list[list[Substitution]] = [[] for _ in substitutes]
         self._eos = frozenset(model.eos_ids)
-        self._last = self.word[-1].lower() if self.word.isascii() else None
-        self._surface: dict[int, str] = {}
-
-    def _may_end_word(self, token: int) -> bool:
-        """Cheap filter: a token can only end the word if it carries the word's last letter."""
-        if self._last is None:
-            return True
-        s = self._surface.get(token)
-        if s is None:
-            s = self._surface[token] = self.model.token_text(token).lower()
-        return self._last in s
+        self._may_end_word = WordEnd(model, self.word)
 
     def __call__(self, row: int, output: Sequence[int], proposed: int | None) -> Edit | None:
         if not output and not self.prefix:

@@ -1,0 +1,230 @@
+"""Two-phase decoding (SPEC §2, §3.1): decide a question's tokens with plain greedy requests, then
+score them once. For engines that cannot afford per-step surgery (vLLM); engine-agnostic.
+
+*Phase A* decides the tokens. Every trial row is one request: the rendered chat plus the reply
+decided so far (on the first round: the clean prefix and the forced substitute). It generates
+greedily within the budget left and stops at end-of-sequence, at the budget, or at a token after
+which the trigger may be complete (the stop list, a fast path). On return the project's own detector
+(:func:`find_pending_trigger`, one token of look-ahead) reads the new tokens in order. A confirmed
+trigger keeps the tokens before it, drops the trigger tokens, the look-ahead and everything after,
+appends the substitute encoded in context, and the row goes out again (a prefix cache makes that
+cost only the new tail). When the last token may end the word but its look-ahead was not generated,
+the row goes out for exactly one token. The detector decides, not the stop list: a trigger the stop
+list does not know is found in the returned tokens all the same (the tokens after it are wasted), and
+a false stop costs one request. All live rows of a question go out together, one call per round.
+
+*Phase B* computes every record with the engine's teacher-forced :meth:`score_tokens` over the final
+replies (the shared prefix once, forked). Where the scoring pass's argmax is not the token Phase A
+chose at a model-chosen position (two engines' numerics), it is counted per trial, never hidden.
+
+The functions mirror :mod:`sleight.tamper.engine` (``clean_run``, ``batched_trials``) and return the
+same objects, so a run records the same tables whichever path made it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from sleight.backends.base import Completion, LanguageModel, Rendered, Scored
+from sleight.tamper.engine import (
+    Clean,
+    Cost,
+    Reply,
+    Substitution,
+    TamperConfig,
+    Trial,
+    WordEnd,
+    plan_substitution,
+    untouched_trials,
+)
+from sleight.tamper.trigger import find_pending_trigger, is_word_end, is_word_start, scan_triggers
+
+DECODINGS = ("lockstep", "two-phase")
+
+_STOPS: "weakref.WeakKeyDictionary[object, dict[str, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def trigger_stop_ids(model: LanguageModel, word: str) -> tuple[int, ...]:
+    """Token ids after which the trigger may be complete: Phase A's stop list.
+
+    A token qualifies when its surface holds the whole word where a word may start (the token's
+    start, or after a non-letter) and ending where a word may end (the token's end, or before a
+    non-letter). A split trigger (``"T" + "he"``) is not in it; the detector still finds it.
+    """
+    try:
+        per_model = _STOPS.setdefault(model, {})
+    except TypeError:  # a model that cannot be weakly referenced: no memo
+        per_model = {}
+    if word in per_model:
+        return per_model[word]
+    w = word.lower()
+    found = []
+    for tid in range(model.vocab_size):
+        try:
+            s = model.token_text(tid).lower()
+        except Exception:  # ids past the tokenizer's table (padded output layers)
+            continue
+        at = s.find(w)
+        while at >= 0:
+            end = at + len(w)
+            if is_word_start(s[at - 1] if at else "") and (end == len(s) or is_word_end(s[end])):
+                found.append(tid)
+                break
+            at = s.find(w, at + 1)
+    per_model[word] = tuple(found)
+    return per_model[word]
+
+
+@dataclass
+class _Row:
+    """One trial's Phase A state: the reply decided so far and what the engine has cached of it."""
+
+    reply: list[int]
+    injected: list[bool]
+    substitutions: list[Substitution]
+    checked: int  # a trigger ending at a token before this index has been decided
+    seen: list[int]  # the sequence the engine last computed for this row (its prefix-cache entry)
+    pending: bool = False  # the last token may end a trigger whose look-ahead is not generated yet
+    done: bool = False
+    finish: str = "length"
+    cost: Cost = field(default_factory=Cost)
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class _Decider:
+    """Phase A over the rows of one question."""
+
+    def __init__(self, model: LanguageModel, prompt: Sequence[int], substitutes: Sequence[str], config: TamperConfig) -> None:
+        self.model = model
+        self.prompt = list(prompt)
+        self.substitutes = list(substitutes)
+        self.config = config
+        self.budget = config.max_new_tokens
+        self.may_end = WordEnd(model, config.trigger)
+        self.stop_ids = trigger_stop_ids(model, config.trigger)
+        self.rounds = 0
+
+    def run(self, rows: list[_Row], progress: Callable[[int], None] | None) -> None:
+        while True:
+            live = [i for i, r in enumerate(rows) if not r.done]
+            if not live:
+                return
+            prompts = [self.prompt + rows[i].reply for i in live]
+            room = [1 if rows[i].pending else self.budget - len(rows[i].reply) for i in live]
+            outs = self.model.generate_until(prompts, room, stop_token_ids=self.stop_ids)
+            self.rounds += 1
+            steps = 0
+            for i, p, out in zip(live, prompts, outs):
+                r = rows[i]
+                n = len(out.token_ids) + (out.finish_reason == "stop")  # the end-of-sequence step counts
+                r.cost.requests += 1
+                r.cost.prefilled += len(p) - min(_common(r.seen, p), len(r.seen))
+                r.cost.decoded += n
+                steps += n
+                # The engine computed every token it was fed: the prompt, and all generated tokens but
+                # the last (unless it went on to choose end-of-sequence after it).
+                r.seen = p + list(out.token_ids if out.finish_reason == "stop" else out.token_ids[:-1])
+                self._absorb(i, r, out)
+            if progress:
+                progress(steps)
+
+    def _absorb(self, i: int, r: _Row, out: Completion) -> None:
+        """Read the new tokens with the detector: swap the first confirmed trigger, or go on."""
+        full = r.reply + list(out.token_ids)
+        flags = r.injected + [False] * len(out.token_ids)
+        ended = out.finish_reason == "stop" or len(full) >= self.budget
+        for e in range(r.checked, len(full)):
+            if flags[e] or not self.may_end(full[e]):
+                continue
+            if e + 1 < len(full):
+                nxt: int | None = full[e + 1]
+            elif ended:
+                nxt = None
+            else:  # the look-ahead is not generated yet: ask for exactly one token
+                r.reply, r.injected, r.checked, r.pending = full, flags, e, True
+                return
+            trig = find_pending_trigger(full[: e + 1], nxt, self.model.decode, self.config.trigger, flags)
+            if trig is None:
+                continue
+            sub = plan_substitution(full[: e + 1], trig, self.substitutes[i], self.config.trigger, self.model, self.budget)
+            r.reply = full[: trig.start] + list(sub.ids)
+            r.injected = flags[: trig.start] + [True] * len(sub.ids)
+            r.substitutions.append(sub)
+            r.checked, r.pending = len(r.reply), False
+            if not sub.ids or len(r.reply) >= self.budget:
+                r.done, r.finish = True, "length"
+            return
+        r.reply, r.injected, r.checked, r.pending = full, flags, len(full), False
+        if ended:
+            r.done, r.finish = True, ("stop" if out.finish_reason == "stop" else "length")
+
+
+def _reply(scored: Scored, injected: Sequence[bool], finish: str) -> tuple[Reply, int]:
+    """Phase B's records as a :class:`Reply`, and how many model-chosen positions' argmax differs."""
+    flags = np.asarray(injected, dtype=bool)
+    toks = np.asarray(scored.token_ids, dtype=np.int64)
+    reply = Reply(
+        token_ids=list(scored.token_ids),
+        logprobs=np.asarray(scored.logprobs, dtype=np.float64),
+        top_ids=np.asarray(scored.top_ids),
+        top_logprobs=np.asarray(scored.top_logprobs, dtype=np.float32),
+        entropy=np.asarray(scored.entropy, dtype=np.float32),
+        injected=flags,
+        finish_reason=finish,
+    )
+    if not len(toks):
+        return reply, 0
+    return reply, int(((reply.top_ids[:, 0] != toks) & ~flags).sum())
+
+
+def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, progress: Callable[[int], None] | None = None) -> Clean:
+    """The unhooked greedy reply (Phase A: one request), its records scored (Phase B)."""
+    out = model.generate_until([rendered.ids], config.max_new_tokens)[0]
+    if progress:
+        progress(len(out.token_ids) + (out.finish_reason == "stop"))
+    scored = model.score_tokens(rendered.ids, [out.token_ids], top_k=config.top_k)[0]
+    reply, dis = _reply(scored, [False] * len(out.token_ids), out.finish_reason)
+    cost = Cost(requests=1, decoded=len(out.token_ids) + (out.finish_reason == "stop"), prefilled=len(rendered.ids))
+    return Clean(rendered, reply, scan_triggers(reply.token_ids, model.decode, config.trigger), disagreements=dis, cost=cost)
+
+
+def batched_trials(
+    model: LanguageModel,
+    clean: Clean,
+    substitutes: Sequence[str],
+    config: TamperConfig,
+    progress: Callable[[int], None] | None = None,
+) -> list[Trial]:
+    """All substitutes of one question: Phase A rounds from the shared clean prefix, then one
+    scoring pass over the final replies."""
+    if not clean.triggers:
+        return untouched_trials(clean, substitutes)
+    first = clean.triggers[0]
+    prefix = clean.reply.token_ids[: first.start]
+    prompt = list(clean.rendered.ids)
+    rows = []
+    for s in substitutes:
+        sub = plan_substitution(prefix, first, s, config.trigger, model, config.max_new_tokens)
+        reply = prefix + list(sub.ids)
+        # The clean run's request already computed the rendered chat and the prefix (prefix cache).
+        row = _Row(reply, [False] * len(prefix) + [True] * len(sub.ids), [sub], len(reply), seen=prompt + prefix)
+        row.done = not sub.ids or len(reply) >= config.max_new_tokens
+        rows.append(row)
+    _Decider(model, prompt, substitutes, config).run(rows, progress)
+    scored = model.score_tokens(prompt, [r.reply for r in rows], top_k=config.top_k)
+    trials = []
+    for i, (s, r, sc) in enumerate(zip(substitutes, rows, scored)):
+        reply, dis = _reply(sc, r.injected, r.finish)
+        trials.append(Trial(i, s, reply, r.substitutions, disagreements=dis, cost=r.cost))
+    return trials
