@@ -29,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trigger", default="the", metavar="WORD", help="the word swapped whenever the model writes it (default: the)")
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply budget, injected tokens included (default: 256)")
     p.add_argument("--out", type=Path, default=None, metavar="RUN_DIR", help="run directory (default: runs/<model-name>)")
+    p.add_argument(
+        "--shard", default=None, metavar="K/N",
+        help="run only shard K of N: the questions whose 0-based index i has i %% N == K-1; shards may run at once "
+        "(other processes or machines) into one --out, which then holds exactly the records of one unsharded run",
+    )
+    p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a run is resumed, and a different config refused)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_model_args(p)
     p.set_defaults(func=cmd_run)
@@ -42,6 +48,14 @@ def default_out(model_spec: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    for line in execute(args):
+        print(line)
+    return 0
+
+
+def execute(args: argparse.Namespace) -> list[str]:
+    """``tamper run`` without printing: the summary lines (a sweep task calls this in its worker)."""
+    from sleight.rundir import parse_shard
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.trigger import validate_word
 
@@ -52,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         validate_word(args.trigger)
     except ValueError as exc:
         raise UserError(f"--trigger: {exc}") from None
+    shard = parse_shard(getattr(args, "shard", None))
     questions, qsrc = load_questions(args.questions_file, args.questions)
     substitutes, ssrc = load_substitutes(args.substitutes_file, args.substitutes)
     out = args.out or default_out(args.model)
@@ -64,22 +79,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
     # Refuse a directory made with another config before spending time loading the model.
     store = RunStore(out)
-    store.check_config(run_config(args.model, args.engine, args.dtype, config, questions, substitutes, qsrc, ssrc))
-    if store.read_manifest() is not None and store.done() >= set(range(len(questions))):
-        print(f"{len(questions) * len(substitutes)} trials already in {out}; this session: 0 question(s), nothing to do")
-        return 0
+    store.check_config(run_config(args.model, args.engine, args.dtype, config, questions, substitutes, qsrc, ssrc), overwrite=getattr(args, "overwrite", False))
+    mine = shard.indices(len(questions))
+    if store.read_manifest() is not None and store.done(mine) >= set(mine):
+        if not (store.read_manifest() or {}).get("completed"):
+            store.run.record_session(shard, completed=True)  # it may be the session that completes the run
+        what = f"{len(questions) * len(substitutes)} trials" if shard.whole else f"shard {shard}: {len(mine) * len(substitutes)} trials"
+        return [f"{what} already in {out}; this session: 0 question(s), nothing to do"]
 
     from sleight.cli.common import model_from_args
 
     model = model_from_args(args)
-    summary = run_tamper(model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress)
+    summary = run_tamper(model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard)
     rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
     resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
-    print(
-        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes) in {out}{resumed}; "
-        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
+    n_q = summary.shard_questions if summary.shard_questions is not None else summary.questions
+    what = (
+        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes)"
+        if shard.whole
+        else f"shard {shard}: {n_q * summary.substitutes} trials ({n_q} of {summary.questions} questions x {summary.substitutes} substitutes)"
     )
-    note = trigger_note(args.trigger, summary.questions, summary.untouched_questions)
+    lines = [
+        f"{what} in {out}{resumed}; "
+        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
+    ]
+    note = trigger_note(args.trigger, n_q, summary.untouched_questions)
     if note:
-        print(note)
-    return 0
+        lines.append(note)
+    return lines

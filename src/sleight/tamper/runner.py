@@ -11,7 +11,6 @@ The Python API mirrors the CLI::
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Sequence
 
 from sleight.backends.base import LanguageModel
 from sleight.progress import SweepProgress
+from sleight.rundir import ALL, Shard, versions
 from sleight.tamper.data import ENTITY_INDEX, Question, digest
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
 from sleight.tamper.records import clean_table, trials_table
@@ -35,6 +35,8 @@ class RunSummary:
     seconds: float
     tokens: int  # tokens decoded by this session (clean runs and trial batches)
     untouched_questions: int = 0  # committed questions whose clean reply never emits the trigger
+    shard: Shard = ALL
+    shard_questions: int | None = None  # questions in this shard (None: the whole run)
 
     @property
     def trials(self) -> int:
@@ -64,24 +66,6 @@ def run_config(
     }
 
 
-def versions() -> dict[str, str]:
-    import numpy
-    import pyarrow
-    import torch
-    import transformers
-
-    from sleight import __version__
-
-    return {
-        "sleight": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "numpy": numpy.__version__,
-        "pyarrow": pyarrow.__version__,
-    }
-
-
 def run_tamper(
     model: LanguageModel,
     questions: Sequence[Question],
@@ -92,19 +76,28 @@ def run_tamper(
     question_source: str = "shipped",
     substitute_source: str = "shipped",
     progress: bool = True,
+    shard: Shard = ALL,
+    overwrite: bool = False,
 ) -> RunSummary:
-    """Run (or resume) the sweep into ``out``; each question's trials are committed atomically."""
+    """Run (or resume) the sweep into ``out``; each question's trials are committed atomically.
+
+    ``shard`` K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
+    once, in several processes or machines, into one ``out``. ``overwrite`` starts ``out`` over.
+    """
     info = model.info.as_dict()
     store = RunStore(out)
     cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source)
+    store.check_config(cfg, overwrite=overwrite)
     prompts = {q.id: render_question(model, q.question) for q in questions}
-    store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions())
-    done = store.done()
-    todo = [i for i in range(len(questions)) if i not in done]
+    store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions(), shard=shard)
+    mine = shard.indices(len(questions))
+    done = store.done(mine)
+    todo = [i for i in mine if i not in done]
     n_sub = len(substitutes)
     start = time.perf_counter()
     # The inner count restarts per question with what that phase can decode at most (SPEC §5).
-    prog = SweepProgress(len(questions) * n_sub, initial=len(done) * n_sub, unit="trial", desc="tamper", enabled=progress)
+    desc = "tamper" if shard.whole else f"tamper {shard}"
+    prog = SweepProgress(len(mine) * n_sub, initial=len(done) * n_sub, unit="trial", desc=desc, enabled=progress)
     untouched = _untouched_committed(store, done)
     completed = False
     try:
@@ -129,7 +122,10 @@ def run_tamper(
     finally:
         prog.close()
         store.finish(completed)
-    return RunSummary(Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched)
+    return RunSummary(
+        Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
+        shard, None if shard.whole else len(mine),
+    )
 
 
 def _untouched_committed(store: RunStore, done: set[int]) -> int:
