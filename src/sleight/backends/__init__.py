@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
-from sleight.backends.base import Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered
+from sleight.backends.base import Completion, Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered, Scored
 from sleight.backends.resolve import DEFAULT_MODEL, list_offline_models, resolve
 from sleight.errors import UserError
 
 ENGINES = ("hf", "vllm")
+DEFAULT_DTYPES = {"hf": "float32", "vllm": "bfloat16"}  # each engine's own default weights dtype
 
 
 def load_model(
@@ -17,31 +18,44 @@ def load_model(
     *,
     engine: str = "hf",
     device: str | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
     batch_size: int = 128,
+    threads: int | None = None,
     **engine_kwargs,
 ) -> LanguageModel:
-    """Load a model for scoring and decoding; bad specs raise :class:`UserError` naming them."""
+    """Load a model for scoring and decoding; bad specs raise :class:`UserError` naming them.
+
+    ``dtype`` ``None`` is the engine's default (float32 on hf, bfloat16 on vllm); ``threads`` sets
+    torch's CPU threads before the model runs (``None``: torch's default). ``engine_kwargs`` go to
+    the vllm engine (``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``,
+    ``pipeline_parallel_size``, ...).
+    """
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
+    dtype = dtype or DEFAULT_DTYPES[engine]
     if engine == "vllm":
         from sleight.backends.vllm import VLLMModel
 
-        return VLLMModel(resolve(spec), dtype=dtype, batch_size=batch_size, **engine_kwargs)
+        return VLLMModel(resolve(spec), dtype=dtype, batch_size=batch_size, threads=threads, **engine_kwargs)
+    if engine_kwargs:
+        raise UserError(f"engine 'hf' takes no {', '.join(sorted(engine_kwargs))} (vllm-only settings)")
     from sleight.backends.hf import HFModel
 
-    return HFModel(resolve(spec), device=device, dtype=dtype, batch_size=batch_size)
+    return HFModel(resolve(spec), device=device, dtype=dtype, batch_size=batch_size, threads=threads)
 
 
 __all__ = [
+    "DEFAULT_DTYPES",
     "DEFAULT_MODEL",
     "ENGINES",
+    "Completion",
     "Edit",
     "Generation",
     "LanguageModel",
     "ModelInfo",
     "NextToken",
     "Rendered",
+    "Scored",
     "list_offline_models",
     "load_model",
     "resolve",

@@ -1,61 +1,163 @@
-"""vLLM engine for GPU sweeps: same interface as :mod:`sleight.backends.hf`.
+"""vLLM engine for GPU sweeps: the :class:`~sleight.backends.base.LanguageModel` interface on vLLM's
+offline ``LLM``, written against vLLM 0.33.0 (each call's source lines are in docs/engines.md).
 
-vLLM needs a CUDA build of torch and cannot be installed on CPU-only machines, so the import is
-guarded and a missing vLLM is a one-line :class:`UserError`. Models larger than one GPU use
-``tensor_parallel_size`` (Ray as distributed executor across nodes via
-``distributed_executor_backend='ray'``).
+vLLM cannot serve per-step surgery or a full distribution cheaply: every log-prob it returns
+becomes a Python object on the host. So this adapter asks it only for what it does well and keeps
+each request small:
 
-Decoding with edits re-submits each live row every step with automatic prefix caching on, so a
-step costs one new token per row plus a cache lookup; retracting a token simply drops it from the
-row's ids (the cached blocks of the longer sequence are never read again). Full-distribution
-entropy needs the whole vocabulary's log-probs (``max_logprobs=-1``), which vLLM returns as a dict.
+* ``generate_until``: ``TokensPrompt`` + ``SamplingParams(temperature=0, max_tokens, stop_token_ids,
+  stop, include_stop_str_in_output=True, detokenize=False)``, no log-probs, prefix caching on. It is
+  Phase A of two-phase decoding (:mod:`sleight.tamper.two_phase`).
+* ``read_next``: the asked ids' log-probs through ``logprob_token_ids`` and the top-k through
+  ``logprobs=k``, each with ``max_tokens=1`` (two requests: vLLM refuses both in one, and a batch
+  that mixes them returns the asked ids for all). vLLM computes no entropy, so ``entropy`` is NaN.
+* ``continuation_logprobs``: ``prompt_logprob_token_ids`` with ``prompt_logprob_start``.
+* What needs the whole distribution (``score_tokens`` with its exact entropy, ``next_token_logprobs``,
+  ``next_token_logits``) and hooked decoding run on the *twin*: the same weights through the hf engine
+  on the same GPU, loaded on first use (leave it room with ``gpu_memory_utilization``). Unhooked
+  ``greedy`` is ``generate_until`` plus the twin's ``score_tokens``.
+
+``max_logprobs=-1`` is never set and no dense per-step vocabulary vector is ever built. vLLM needs a
+CUDA build of torch; without it the import fails and the engine is a one-line :class:`UserError`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sleight.backends.base import Edit, Generation, ModelInfo, sha256_text
-from sleight.backends.tokens import HFTokenizerOps
+from sleight.backends.base import Completion, Edit, Generation, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.resolve import ResolvedModel
+from sleight.backends.tokens import HFTokenizerOps
 from sleight.errors import UserError
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # the rest of the GPU is the hf twin's (Phase B scoring)
+MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
 
 
 def _import_vllm():
     try:
         import vllm
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: F401  (the adapter builds its prompts with it)
     except ImportError:
         raise UserError(
             "engine 'vllm' needs the vllm package and a CUDA GPU (pip install vllm on a GPU machine); "
             "use --engine hf here"
         ) from None
-    return vllm, TokensPrompt
+    return vllm
 
 
-def dense_logprobs(entry: dict[int, Any] | None, vocab: int) -> np.ndarray:
-    """vLLM's {token_id: Logprob} for one position -> a dense (vocab,) array (-inf where absent)."""
-    out = np.full(vocab, -np.inf, dtype=np.float32)
-    if entry:
-        ids = np.fromiter(entry.keys(), dtype=np.int64)
-        vals = np.fromiter((getattr(v, "logprob", v) for v in entry.values()), dtype=np.float32)
-        out[ids[ids < vocab]] = vals[ids < vocab]
-    return out
+# -- what the adapter asks vLLM for (pure; the tests hold these against vLLM 0.33's signatures) ----
+def engine_kwargs(
+    load_path: str,
+    *,
+    dtype: str = "bfloat16",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_model_len: int | None = None,
+    distributed_executor_backend: str | None = None,
+    max_logprobs: int = MAX_LOGPROBS,
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM``: prefix caching on, a bounded ``max_logprobs``."""
+    if max_logprobs < 1:
+        raise UserError("max_logprobs must be a positive number of log-probs (a full vocabulary is never asked for)")
+    kw: dict[str, Any] = dict(
+        model=load_path,
+        dtype=dtype,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_prefix_caching=True,
+        max_logprobs=max_logprobs,
+        seed=0,
+    )
+    if max_model_len:
+        kw["max_model_len"] = max_model_len
+    if distributed_executor_backend:
+        kw["distributed_executor_backend"] = distributed_executor_backend
+    return kw
 
 
-def step_summary(lp: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Top-k ids and log-probs, and the exact entropy (nats) of a dense log-prob vector."""
-    top = np.argpartition(-lp, top_k)[:top_k]
-    top = top[np.argsort(-lp[top], kind="stable")]
-    finite = np.isfinite(lp)
-    ent = float(-(np.exp(lp[finite]) * lp[finite]).sum())
-    return top.astype(np.int64), lp[top].astype(np.float32), ent
+def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> dict[str, Any]:
+    """``SamplingParams`` of one Phase A request: greedy, no log-probs, no detokenizing.
+
+    vLLM only searches stop strings in detokenized text (``SamplingParams._verify_args`` refuses
+    ``stop`` with ``detokenize=False``), so a request with stop strings detokenizes its output.
+    """
+    return dict(
+        temperature=0.0,
+        max_tokens=int(max_tokens),
+        stop_token_ids=[int(t) for t in stop_token_ids],
+        stop=list(stop),
+        include_stop_str_in_output=True,
+        detokenize=bool(stop),
+    )
+
+
+def top_params(top_k: int) -> dict[str, Any]:
+    """One token, with the top-k log-probs at the position before it."""
+    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
+
+
+def asked_params(ids: Sequence[int]) -> dict[str, Any]:
+    """One token, with the log-probs of exactly ``ids`` at the position before it."""
+    return dict(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t) for t in ids], detokenize=False)
+
+
+def continuation_params(context_len: int, continuation: Sequence[int]) -> dict[str, Any]:
+    """Score ``continuation`` as prompt tokens: row ``i`` (from ``prompt_logprob_start``) predicts
+    prompt token ``start + i + 1``, so the rows start at the context's last token."""
+    return dict(
+        temperature=0.0,
+        max_tokens=1,
+        prompt_logprob_token_ids=[[int(t)] for t in continuation],
+        prompt_logprob_start=int(context_len) - 1,
+        detokenize=False,
+    )
+
+
+# -- what vLLM returns, translated ----------------------------------------------------------------
+def completion(out: Any, eos: frozenset[int], max_tokens: int) -> Completion:
+    """A ``CompletionOutput`` as a :class:`Completion`.
+
+    vLLM keeps the token that stopped a request: an end-of-sequence id is dropped (the interface's
+    ids never hold one), a stop token id is kept. ``finish_reason`` ``"stop"`` with ``stop_reason``
+    ``None`` or an end-of-sequence id is the model's own end; another ``stop_reason`` is a stop token
+    id or stop string.
+    """
+    toks = [int(t) for t in out.token_ids]
+    if out.finish_reason == "stop":
+        if toks and toks[-1] in eos and (out.stop_reason is None or out.stop_reason in eos):
+            return Completion(toks[:-1], "stop")
+        return Completion(toks, "stop_token")
+    if out.finish_reason == "length":
+        if len(toks) < max_tokens:
+            raise UserError(
+                f"vLLM stopped a reply at {len(toks)} of {max_tokens} tokens: the sequence reached max_model_len; "
+                "raise --max-model-len"
+            )
+        return Completion(toks, "length")
+    raise RuntimeError(f"vLLM finished a request with finish_reason={out.finish_reason!r}")
+
+
+def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k of one position's ``{token_id: Logprob}`` (the sampled token comes first in vLLM's
+    dict and keeps its own rank; the top-k carry ranks 1..k), most probable first."""
+    items = sorted(((int(v.rank), int(t), float(v.logprob)) for t, v in entry.items() if v.rank is not None and v.rank <= k))
+    ids = np.asarray([t for _, t, _ in items], dtype=np.int64)
+    lps = np.asarray([lp for _, _, lp in items], dtype=np.float64)
+    return ids, lps
 
 
 class VLLMModel(HFTokenizerOps):
-    """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`."""
+    """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`.
+
+    ``vllm_module`` stands in for the ``vllm`` package (tests); ``twin`` is the hf engine that serves
+    what needs a full distribution (loaded on the GPU on first use when not given).
+    """
 
     def __init__(
         self,
@@ -64,35 +166,41 @@ class VLLMModel(HFTokenizerOps):
         dtype: str = "bfloat16",
         batch_size: int = 256,
         tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.85,
+        pipeline_parallel_size: int = 1,
+        gpu_memory_utilization: float | None = None,
         distributed_executor_backend: str | None = None,
         max_model_len: int | None = None,
+        max_logprobs: int = MAX_LOGPROBS,
+        threads: int | None = None,
+        vllm_module: Any = None,
+        twin: Any = None,
     ) -> None:
-        vllm, self._TokensPrompt = _import_vllm()
+        vllm = vllm_module if vllm_module is not None else _import_vllm()
         self._vllm = vllm
         self.resolved = resolved
         self.batch_size = batch_size
-        kwargs: dict[str, Any] = dict(
-            model=resolved.load_path,
+        self.dtype = dtype
+        self.max_logprobs = max_logprobs
+        self._twin = twin
+        n_threads = _set_threads(threads)
+        self.llm_kwargs = engine_kwargs(
+            resolved.load_path,
             dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_prefix_caching=True,
-            max_logprobs=-1,
-            seed=0,
+            pipeline_parallel_size=pipeline_parallel_size,
+            gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization,
+            max_model_len=max_model_len,
+            distributed_executor_backend=distributed_executor_backend,
+            max_logprobs=max_logprobs,
         )
-        if distributed_executor_backend:
-            kwargs["distributed_executor_backend"] = distributed_executor_backend
-        if max_model_len:
-            kwargs["max_model_len"] = max_model_len
-        self.llm = vllm.LLM(**kwargs)
+        self.llm = vllm.LLM(**self.llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
-        self._vocab = int(self.llm.llm_engine.model_config.get_vocab_size())
+        cfg = self.llm.llm_engine.model_config
+        self._vocab = int(cfg.get_vocab_size())
         eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-        gen_cfg = self.llm.llm_engine.model_config.try_get_generation_config() or {}
-        extra = gen_cfg.get("eos_token_id")
+        extra = (cfg.try_get_generation_config() or {}).get("eos_token_id")
         eos |= set([extra] if isinstance(extra, int) else (extra or []))
-        self._eos = frozenset(eos)
+        self._eos = frozenset(int(e) for e in eos)
         self.info = ModelInfo(
             spec=resolved.spec,
             model_id=resolved.model_id,
@@ -102,32 +210,95 @@ class VLLMModel(HFTokenizerOps):
             engine="vllm",
             engine_version=f"vllm {vllm.__version__}",
             dtype=dtype,
-            device=f"cuda x{tensor_parallel_size}",
+            device=f"cuda x{tensor_parallel_size * pipeline_parallel_size}",
             batch_size=batch_size,
+            threads=n_threads,
         )
 
-    # -- scoring -------------------------------------------------------------------------------
-    def _params(self, **kw):
-        return self._vllm.SamplingParams(temperature=0.0, seed=0, **kw)
+    # -- plumbing -------------------------------------------------------------------------------
+    def _generate(self, seqs: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]):
+        """One ``LLM.generate`` call: one ``TokensPrompt`` and one ``SamplingParams`` per sequence."""
+        if not seqs:
+            return []
+        prompts = [self._vllm.TokensPrompt(prompt_token_ids=[int(t) for t in s]) for s in seqs]
+        sps = [self._vllm.SamplingParams(**p) for p in params]
+        return self.llm.generate(prompts, sps, use_tqdm=False)
 
-    def _run(self, seqs: Sequence[Sequence[int]], params):
-        prompts = [self._TokensPrompt(prompt_token_ids=list(s)) for s in seqs]
-        return self.llm.generate(prompts, params, use_tqdm=False)
+    @property
+    def twin(self):
+        """The hf engine on the same weights, for what needs the whole distribution."""
+        if self._twin is None:
+            from sleight.backends.hf import HFModel
+
+            self._twin = HFModel(self.resolved, device="cuda", dtype=self.dtype, batch_size=self.batch_size)
+        return self._twin
+
+    # -- scoring -------------------------------------------------------------------------------
+    def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
+        if len(asked) != len(seqs):
+            raise ValueError("read_next needs one list of asked ids per sequence")
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError("read_next needs non-empty sequences")
+        if top_k > self.max_logprobs:
+            raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
+        tops: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0))] * len(seqs)
+        if top_k > 0:
+            outs = self._generate(seqs, [top_params(top_k)] * len(seqs))
+            tops = [ranked(o.outputs[0].logprobs[0], top_k) for o in outs]
+        want = [i for i, a in enumerate(asked) if len(a)]
+        got: dict[int, np.ndarray] = {}
+        if want:  # a separate call: a batch that holds logprob_token_ids answers with them for all its rows
+            outs = self._generate([seqs[i] for i in want], [asked_params(asked[i]) for i in want])
+            for i, o in zip(want, outs):
+                entry = o.outputs[0].logprobs[0]
+                got[i] = np.asarray([float(entry[int(t)].logprob) for t in asked[i]], dtype=np.float64)
+        return [
+            NextToken(got.get(i, np.zeros(0)), tops[i][0], tops[i][1], math.nan)  # vLLM computes no entropy
+            for i in range(len(seqs))
+        ]
 
     def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        outs = self._run(seqs, self._params(max_tokens=1, logprobs=-1))
-        return np.stack([dense_logprobs(o.outputs[0].logprobs[0], self._vocab) for o in outs])
+        return self.twin.next_token_logprobs(seqs)
+
+    def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        return self.twin.next_token_logits(seqs)
 
     def continuation_logprobs(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        if not context:
+            raise ValueError("continuation_logprobs needs a non-empty context")
+        if any(len(c) == 0 for c in continuations):
+            raise ValueError("continuation_logprobs got an empty continuation")
         seqs = [list(context) + list(c) for c in continuations]
-        outs = self._run(seqs, self._params(max_tokens=1, prompt_logprobs=0))
-        result = []
-        for o, c in zip(outs, continuations):
-            plp = o.prompt_logprobs[len(context) :]
-            result.append(np.asarray([getattr(e[t], "logprob", e[t]) for e, t in zip(plp, c)], dtype=np.float64))
-        return result
+        outs = self._generate(seqs, [continuation_params(len(context), c) for c in continuations])
+        return [np.asarray(o.prompt_token_id_logprobs, dtype=np.float64)[: len(c), 0] for o, c in zip(outs, continuations)]
+
+    def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
+        return self.twin.score_tokens(context, replies, top_k=top_k)
 
     # -- decoding ------------------------------------------------------------------------------
+    def generate_until(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int | Sequence[int],
+        *,
+        stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Completion]:
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("generate_until needs non-empty prompts")
+        budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
+        if len(budgets) != len(prompts):
+            raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+        result = [Completion([], "length") for _ in prompts]
+        todo = [i for i, b in enumerate(budgets) if b > 0]
+        outs = self._generate([prompts[i] for i in todo], [until_params(budgets[i], stop_token_ids, stop) for i in todo])
+        for i, o in zip(todo, outs):
+            result[i] = completion(o.outputs[0], self._eos, budgets[i])
+            if progress:
+                progress(len(result[i].token_ids) + (result[i].finish_reason == "stop"))
+        return result
+
     def greedy(
         self,
         prompts: Sequence[Sequence[int]],
@@ -138,88 +309,35 @@ class VLLMModel(HFTokenizerOps):
         top_k: int = 20,
         progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
-        forced = forced or [[] for _ in prompts]
-        rows = [_VRow(list(p), list(f)[:max_new_tokens]) for p, f in zip(prompts, forced)]
-        params = self._params(max_tokens=1, logprobs=-1)
-        while True:
-            live = [i for i, r in enumerate(rows) if not r.done]
-            if not live:
-                break
-            outs = self._run([rows[i].ids for i in live], params)
-            for i, o in zip(live, outs):
-                lp = dense_logprobs(o.outputs[0].logprobs[0], self._vocab)
-                rows[i].step(i, lp, top_k, max_new_tokens, hook, self._eos)
-            if progress:
-                progress(len(live))
-        return [r.generation(top_k) for r in rows]
+        """Unhooked: vLLM decides the tokens, the twin scores them. Hooked: the twin's lockstep
+        decoder (per-step surgery is what vLLM cannot serve; the tamper sweep uses two-phase)."""
+        if hook is not None:
+            return self.twin.greedy(prompts, max_new_tokens, hook=hook, forced=forced, top_k=top_k, progress=progress)
+        forced = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
+        outs = self.generate_until([list(p) + f for p, f in zip(prompts, forced)], [max_new_tokens - len(f) for f in forced], progress=progress)
+        gens = []
+        for p, f, o in zip(prompts, forced, outs):
+            sc = self.score_tokens(p, [f + o.token_ids], top_k=top_k)[0]
+            gens.append(
+                Generation(
+                    token_ids=sc.token_ids,
+                    logprobs=sc.logprobs,
+                    top_ids=sc.top_ids,
+                    top_logprobs=sc.top_logprobs,
+                    entropy=sc.entropy,
+                    forced=np.asarray([True] * len(f) + [False] * len(o.token_ids), dtype=bool),
+                    finish_reason="stop" if o.finish_reason == "stop" else "length",
+                )
+            )
+        return gens
 
 
-class _VRow:
-    """One row of the vLLM step loop: edits act on the id list, no cache to mask."""
-
-    def __init__(self, prompt: list[int], queue: list[int]) -> None:
-        self.ids = prompt
-        self.n_prompt = len(prompt)
-        self.queue = queue
-        self.recs: list[tuple[int, float, np.ndarray, np.ndarray, float, bool]] = []
-        self.dists: list[np.ndarray] = []  # the distribution each accepted token was read from
-        self.edits: list[int] = []
-        self.done = False
-        self.finish = "length"
-        self.end_checked = False
-
-    @property
-    def out(self) -> list[int]:
-        return self.ids[self.n_prompt :]
-
-    def _accept(self, tok: int, lp: np.ndarray, top_k: int, forced: bool) -> None:
-        tids, tlp, ent = step_summary(lp, top_k)
-        self.ids.append(tok)
-        self.recs.append((tok, float(lp[tok]), tids, tlp, ent, forced))
-        self.dists.append(lp)
-
-    def _edit(self, edit: Edit, lp: np.ndarray, top_k: int, budget: int) -> None:
-        n_back = min(edit.retract, len(self.out))
-        if n_back:
-            lp = self.dists[-n_back]
-            del self.ids[-n_back:], self.recs[-n_back:], self.dists[-n_back:]
-        force = list(edit.force)[: max(budget - len(self.out), 0)]
-        if not force:
-            self.done = True
-            return
-        self._accept(force[0], lp, top_k, True)
-        self.edits.append(len(self.out) - 1)
-        self.queue = force[1:]
-
-    def step(self, row: int, lp: np.ndarray, top_k: int, budget: int, hook, eos: frozenset[int]) -> None:
-        if self.queue:
-            self._accept(self.queue.pop(0), lp, top_k, True)
-        else:
-            proposed = int(np.argmax(lp))
-            edit = hook(row, self.out, proposed) if hook else None
-            if edit is not None:
-                self._edit(edit, lp, top_k, budget)
-            elif proposed in eos:
-                self.done, self.finish = True, "stop"
-                return
-            else:
-                self._accept(proposed, lp, top_k, False)
-        if not self.done and len(self.out) >= budget and not self.queue:
-            edit = hook(row, self.out, None) if hook and not self.end_checked else None
-            self.end_checked = True
-            if edit is not None:
-                self._edit(edit, self.dists[-1], top_k, budget)
-            if not self.queue:
-                self.done = True
-
-    def generation(self, k: int) -> Generation:
-        return Generation(
-            token_ids=[r[0] for r in self.recs],
-            logprobs=np.asarray([r[1] for r in self.recs], dtype=np.float64),
-            top_ids=np.asarray([r[2] for r in self.recs], dtype=np.int64).reshape(-1, k),
-            top_logprobs=np.asarray([r[3] for r in self.recs], dtype=np.float32).reshape(-1, k),
-            entropy=np.asarray([r[4] for r in self.recs], dtype=np.float32),
-            forced=np.asarray([r[5] for r in self.recs], dtype=bool),
-            finish_reason=self.finish,
-            edits=self.edits,
-        )
+def _set_threads(threads: int | None) -> int:
+    """Apply ``--threads`` to torch in this process (the host side of the engine); 0 without torch."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - vLLM always brings torch
+        return 0
+    if threads:
+        torch.set_num_threads(max(1, int(threads)))
+    return torch.get_num_threads()
