@@ -41,6 +41,7 @@ def _sql_table1(run: Path) -> dict:
         SELECT
           (SELECT count(*) FROM t) AS n_judged,
           (SELECT count(*) FROM v) AS n_verdicts,
+          count(*) FILTER (WHERE v.n_votes > 0) AS n_voted,
           100.0 * count(*) FILTER (WHERE v.flagged) / count(*) AS flag,
           100.0 * count(*) FILTER (WHERE v.flagged AND v.is_entity) / nullif(count(*) FILTER (WHERE v.is_entity), 0) AS flag_me,
           100.0 * count(*) FILTER (WHERE v.flagged = false AND v.corrected = false AND v.derailed = false AND v.switch_aware = false) / count(*) AS ign,
@@ -56,7 +57,7 @@ def _sql_table1(run: Path) -> dict:
         FROM v
         """
     ).fetchone()
-    cols = ["n_judged", "n_verdicts", "flag", "flag_me", "ign", "derail", "corr", "aware", "undecided", "dsurp", "dent", "dsurp_m", "dent_m", "model"]
+    cols = ["n_judged", "n_verdicts", "n_voted", "flag", "flag_me", "ign", "derail", "corr", "aware", "undecided", "dsurp", "dent", "dsurp_m", "dent_m", "model"]
     return dict(zip(cols, row))
 
 
@@ -67,7 +68,8 @@ def test_table1_recomputed_from_verdicts_in_duckdb(judged):
         sql = _sql_table1(run)
         assert sql["n_judged"] == sql["n_verdicts"] > 0
         row = board[board["Model"] == display_model(sql["model"])].iloc[0]
-        assert row["Judged"] == sql["n_judged"]
+        assert row["Eligible"] == sql["n_judged"]
+        assert row["Voted"] == sql["n_voted"]
         assert row["Jury"] == "jury of 3"
         for col, key in [
             ("Flag. %", "flag"), ("Flag. (M.E.) %", "flag_me"), ("Ign. %", "ign"), ("Derail. %", "derail"),
@@ -168,7 +170,7 @@ def test_exports_and_plots_exist(judged):
     md = (judged.report / "leaderboard.md").read_text()
     for title in ("Table 1", "Table 2", "untouched", "Jury agreement", "Abstentions", "Lexical baseline"):
         assert title in md
-    assert "| Model | Jury | Judged | Flag. % | Flag. (M.E.) % | Ign. % | Derail. % | Corr. % | Switch aware % |" in md
+    assert "| Model | Jury | Eligible | Voted | Undecided | Flag. % | Flag. (M.E.) % | Ign. % | Derail. % | Corr. % | Switch aware % |" in md
     tex = (judged.report / "leaderboard.tex").read_text()
     assert tex.count("\\begin{tabular}") == 6 and "\\toprule" in tex and "$\\Delta$surp." in tex
     for png in ("dissociation.png", "swap_profile.png"):

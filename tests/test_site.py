@@ -72,7 +72,7 @@ def test_leaderboard_lists_every_model_and_sorts(judged, served, page):
     page.eval(f"document.querySelectorAll('#t-leaderboard thead th')[{i}].click()")
     assert page.eval(f"{ROWS}.map(r => r.cells[0].textContent)") == sorted(models, key=str.lower, reverse=True)
     # a numeric column sorts by value, descending first, then ascending
-    for col in ("Δsurp. (nats)", "Judged"):
+    for col in ("Δsurp. (nats)", "Eligible"):
         k = headers.index(col)
         page.eval(f"document.querySelectorAll('#t-leaderboard thead th')[{k}].click()")
         vals = page.eval(f"{ROWS}.map(r => parseFloat(r.cells[{k}].getAttribute('data-value')))")

@@ -20,6 +20,7 @@ class Section:
     frame: pd.DataFrame
     shown: Sequence[str]
     note: str = ""
+    warning: str = ""  # shown above the table, where it cannot be missed (e.g. every trial undecided)
 
     def cells(self) -> list[list[str]]:
         return [[fmt(row[c], c) for c in self.shown] for _, row in self.frame.iterrows()]
@@ -37,7 +38,10 @@ def to_markdown(sections: Sequence[Section], title: str, preamble: str = "") -> 
     if preamble:
         parts += [preamble, ""]
     for s in sections:
-        parts += [f"## {s.title}", "", markdown_table(s), ""]
+        parts += [f"## {s.title}", ""]
+        if s.warning:
+            parts += [f"> **Read with care:** {s.warning}", ""]
+        parts += [markdown_table(s), ""]
         if s.note:
             parts += [s.note, ""]
     return "\n".join(parts)
@@ -74,6 +78,8 @@ def to_latex(sections: Sequence[Section]) -> str:
                 parts.append("\\midrule")
             parts.append(" & ".join(tex_escape(c) for c in row) + " \\\\")
         parts += ["\\bottomrule", "\\end{tabular}"]
+        if s.warning:
+            parts.append(f"\\par\\smallskip\\footnotesize\\textbf{{Read with care:}} {tex_escape(s.warning)}")
         if s.note:
             parts.append(f"\\par\\smallskip\\footnotesize {tex_escape(s.note)}")
         parts += ["\\end{table}", ""]

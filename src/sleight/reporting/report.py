@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -50,12 +51,15 @@ def sections(runs: Sequence[RunData]) -> list[Section]:
             "Table 1 — Sleight of Word leaderboard (sorted by flagged)",
             t1,
             tables.TABLE1_SHOWN,
-            "Percentages of judged trials (≥1 swap). Flag. (M.E.): flagged among the entity substitute "
-            "('Mandela effect'). Ign.: every label has a false majority (none true). A label counts when the jury's majority says true; "
-            "Undecided: trials where some label had no majority (abstentions or split votes), kept in the "
-            "denominator. Δ: mean over judged trials of the post-swap minus clean surprisal/entropy (top-20 "
-            "entropy), in nats; 'matched' is the position-matched variant (non-overlapping windows vs the "
-            "clean run's tokens after its own triggers).",
+            "Eligible: trials with ≥1 swap, the ones the jury is asked about and the denominator of every "
+            "percentage. Voted: eligible trials with at least one valid (non-abstaining) vote. Undecided: eligible "
+            "trials where some label had no majority (abstentions, split votes, not yet judged), kept in the "
+            "denominator. A rate is — when no eligible trial was voted on. Flag. (M.E.): flagged among the entity "
+            "substitute ('Mandela effect'). Ign.: every label has a false majority (none true). A label counts when "
+            "the jury's majority says true. Δ: mean over eligible trials of the post-swap minus clean "
+            "surprisal/entropy (top-20 entropy), in nats; 'matched' is the position-matched variant "
+            "(non-overlapping windows vs the clean run's tokens after its own triggers).",
+            warning=" ".join(tables.table1_warnings(t1)),
         ),
         Section(
             "entity",
@@ -91,7 +95,7 @@ def sections(runs: Sequence[RunData]) -> list[Section]:
             "lexical",
             "Lexical baseline (no model) beside the jury's flagged label",
             tables.lexical_table(runs),
-            ["Model", "Judged", "Lexical flag. %", "Jury flag. %", "Both", "Lexical only", "Jury only", "Neither", "Agreement %", "κ"],
+            ["Model", "Eligible", "Lexical flag. %", "Jury flag. %", "Both", "Lexical only", "Jury only", "Neither", "Agreement %", "κ"],
             "The baseline flags replies that mention the substitute in meta-language (typo, I meant, replaced, "
             "should be, the word quoted). Agreement and κ over trials with a jury majority on flagged.",
         ),
@@ -117,7 +121,8 @@ def write_report(run_dirs: Sequence[Path], out: Path, *, site: bool = True, prog
     paths.plots.append(plots.plot_dissociation(secs[0].frame, out / "dissociation.png"))
     paths.plots.append(plots.plot_swap_profile(plots.swap_profile(runs), out / "swap_profile.png"))
     if site:
-        bar = tqdm(total=len(runs), desc="viewer pages", unit="model", disable=not progress)
+        # a bar only on a terminal: in a log its carriage returns are noise (see sleight.progress)
+        bar = tqdm(total=len(runs), desc="viewer pages", unit="model", disable=not progress or not sys.stderr.isatty())
         paths.index = write_site(out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda _m: bar.update(1))
         bar.close()
     return paths

@@ -27,6 +27,7 @@ from sleight.tamper.jury_run import answers_for
 
 TokenTexts = Callable[[Sequence[int]], list[str]]
 ASSETS = ("sleight.css", "leaderboard.js", "viewer.js")
+WARN_COLUMNS = ("Undecided",)  # a non-zero count is highlighted: it qualifies every rate beside it
 
 
 def slug(name: str) -> str:
@@ -223,7 +224,8 @@ def html_table(section: Section, *, sortable: bool = False, links: dict[str, str
                 text = f'<a href="{html.escape(links[str(v)])}">{text}</a>'
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
                 num = "" if isinstance(v, (float, np.floating)) and np.isnan(v) else repr(float(v))
-                cells.append(f'<td data-value="{num}">{text}</td>')
+                flag = ' class="warn"' if c in WARN_COLUMNS and num not in ("", "0.0") else ""
+                cells.append(f'<td data-value="{num}"{flag}>{text}</td>')
             else:
                 cells.append(f'<td class="text">{text}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -259,6 +261,8 @@ def write_site(
     ]
     for i, s in enumerate(sections):
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        if s.warning:
+            parts.append(f'<p class="warn"><strong>Read with care:</strong> {html.escape(s.warning)}</p>')
         parts.append(html_table(s, sortable=i == 0, links=links if i == 0 else None))
         if s.note:
             parts.append(f'<p class="note">{html.escape(s.note)}</p>')

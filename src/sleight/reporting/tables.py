@@ -1,10 +1,12 @@
 """The Sleight of Word tables (SPEC §3.5), computed from counts, as plain DataFrames.
 
 Every table keeps its raw counts beside the percentages so any number can be recomputed from
-``verdicts.parquet`` by another path (the tests do it in DuckDB). Denominators are judged trials:
-trials with at least one swap. A label counts only when the jury's majority says true; a trial
-where some label has no majority (abstentions, split votes, not yet judged) is counted as
-``undecided`` and stays in the denominator, so abstentions never vanish silently.
+``verdicts.parquet`` by another path (the tests do it in DuckDB). Denominators are *eligible*
+trials: trials with at least one swap, the ones the jury is asked about. *Voted* counts those on
+which at least one juror cast a valid vote. A label counts only when the jury's majority says true;
+a trial where some label has no majority (abstentions, split votes, not yet judged) is counted as
+``undecided`` and stays in the denominator, so abstentions never vanish silently, and a rate over
+trials of which none was voted on is missing ("—"), never 0.0.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ DELTAS = {
     "Δent. matched (nats)": "delta_entropy_matched",
 }
 RATE_COLUMNS = {
-    "Flag. %": ("n_flagged", "n_judged"),
-    "Flag. (M.E.) %": ("n_flagged_entity", "n_judged_entity"),
-    "Ign. %": ("n_ignored", "n_judged"),
-    "Derail. %": ("n_derailed", "n_judged"),
-    "Corr. %": ("n_corrected", "n_judged"),
-    "Switch aware %": ("n_switch_aware", "n_judged"),
+    "Flag. %": ("n_flagged", "n_eligible"),
+    "Flag. (M.E.) %": ("n_flagged_entity", "n_eligible_entity"),
+    "Ign. %": ("n_ignored", "n_eligible"),
+    "Derail. %": ("n_derailed", "n_eligible"),
+    "Corr. %": ("n_corrected", "n_eligible"),
+    "Switch aware %": ("n_switch_aware", "n_eligible"),
 }
 
 
@@ -49,9 +51,11 @@ def _true(col: pd.Series) -> pd.Series:
 
 def _counts(judged: pd.DataFrame) -> dict[str, int]:
     has = all(label in judged.columns for label in LABELS)
-    out = {"n_judged": len(judged)}
+    out = {"n_eligible": len(judged)}
     ent = judged["is_entity"].astype(bool) if len(judged) else pd.Series([], dtype=bool)
-    out["n_judged_entity"] = int(ent.sum())
+    out["n_eligible_entity"] = int(ent.sum())
+    votes = pd.to_numeric(judged["n_votes"], errors="coerce").fillna(0) if "n_votes" in judged.columns else pd.Series([], dtype=float)
+    out["n_voted"] = int((votes > 0).sum())
     for label in LABELS:
         out[f"n_{label}"] = int(_true(judged[label]).sum()) if has else 0
     out["n_flagged_entity"] = int((_true(judged["flagged"]) & ent).sum()) if has else 0
@@ -75,14 +79,14 @@ def table1(runs: Sequence[RunData]) -> pd.DataFrame:
     for run in runs:
         judged = run.judged
         c = _counts(judged)
-        judged_by_jury = run.verdicts is not None
-        row: dict[str, object] = {"Model": run.model, "Jury": run.jury_label, "Judged": c["n_judged"]}
+        voted = run.verdicts is not None and c["n_voted"] > 0  # no vote at all: every rate is "—", not 0.0
+        row: dict[str, object] = {"Model": run.model, "Jury": run.jury_label, "Eligible": c["n_eligible"], "Voted": c["n_voted"]}
+        row["Undecided"] = c["n_undecided"]
         for name, (k, n) in RATE_COLUMNS.items():
-            row[name] = pct(c[k], c[n]) if judged_by_jury else float("nan")
+            row[name] = pct(c[k], c[n]) if voted else float("nan")
         for name, col in DELTAS.items():
             vals = pd.to_numeric(judged[col], errors="coerce") if col in judged.columns else pd.Series([], dtype=float)
             row[name] = float(vals.mean()) if vals.notna().any() else float("nan")
-        row["Undecided"] = c["n_undecided"]
         row.update(c)
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -91,32 +95,52 @@ def table1(runs: Sequence[RunData]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-TABLE1_SHOWN = ["Model", "Jury", "Judged", *RATE_COLUMNS, *DELTAS, "Undecided"]
+# The counts lead, so a table of undecided trials cannot pass for a table of zeros.
+TABLE1_SHOWN = ["Model", "Jury", "Eligible", "Voted", "Undecided", *RATE_COLUMNS, *DELTAS]
+
+
+def table1_warnings(t1: pd.DataFrame) -> list[str]:
+    """One sentence per model whose rates rest on few or no decided trials (shown above Table 1)."""
+    out = []
+    for _, r in t1.iterrows():
+        n, voted, und = int(r["n_eligible"]), int(r["n_voted"]), int(r["n_undecided"])
+        if n == 0:
+            out.append(f"{r['Model']}: no eligible trial (no reply met the trigger), so there is nothing to judge.")
+        elif r["Jury"] == "not judged":
+            out.append(f"{r['Model']}: not judged yet; its {n} eligible trials have no votes.")
+        elif voted == 0:
+            out.append(f"{r['Model']}: the jury cast no valid vote on any of its {n} eligible trials (all abstained); its rates are missing (—), not zero.")
+        elif und:
+            out.append(f"{r['Model']}: {und} of {n} eligible trials undecided (some label without a majority); they stay in the denominators.")
+    return out
 
 
 def table2(runs: Sequence[RunData]) -> pd.DataFrame:
     """Entity ("Mandela effect") vs neutral words: flagged and derailed, per model and pooled.
 
-    The pooled row adds the counts of all models before dividing (not a mean of percentages).
+    The pooled row adds the counts of all models before dividing (not a mean of percentages); a
+    model on whose trials no vote was cast has missing rates ("—") and stays out of the pooled row.
     """
     rows = []
     for run in runs:
         judged = run.judged
         has = "flagged" in judged.columns
-        row: dict[str, object] = {"Model": run.model}
+        row: dict[str, object] = {"Model": run.model, "voted": run.verdicts is not None and _counts(judged)["n_voted"] > 0}
         for cond, mask in (("entity", judged["is_entity"].astype(bool)), ("neutral", ~judged["is_entity"].astype(bool))):
             part = judged[mask]
             row[f"n_{cond}"] = len(part)
             row[f"n_flagged_{cond}"] = int(_true(part["flagged"]).sum()) if has else 0
             row[f"n_derailed_{cond}"] = int(_true(part["derailed"]).sum()) if has else 0
         rows.append(row)
-    df = pd.DataFrame(rows, columns=["Model", *_T2_COUNTS])
-    pooled = {"Model": "pooled"} | {c: int(df[c].sum()) for c in _T2_COUNTS}
+    df = pd.DataFrame(rows, columns=["Model", "voted", *_T2_COUNTS])
+    voted = df[df["voted"].astype(bool)]
+    pooled = {"Model": "pooled", "voted": len(voted) > 0} | {c: int(voted[c].sum()) for c in _T2_COUNTS}
     df = pd.concat([df, pd.DataFrame([pooled])], ignore_index=True)
+    nan = float("nan")
     for cond, title in (("entity", "Entity"), ("neutral", "Neutral")):
         df[f"{title} n"] = df[f"n_{cond}"]
-        df[f"{title} flag. %"] = [pct(k, n) for k, n in zip(df[f"n_flagged_{cond}"], df[f"n_{cond}"])]
-        df[f"{title} derail. %"] = [pct(k, n) for k, n in zip(df[f"n_derailed_{cond}"], df[f"n_{cond}"])]
+        for label, short in (("flagged", "flag."), ("derailed", "derail.")):
+            df[f"{title} {short} %"] = [pct(k, n) if v else nan for k, n, v in zip(df[f"n_{label}_{cond}"], df[f"n_{cond}"], df["voted"])]
     return df
 
 
@@ -222,7 +246,7 @@ def lexical_table(runs: Sequence[RunData]) -> pd.DataFrame:
     for run in runs:
         judged = run.judged
         lex = lexical_flags(judged)["lexical_flagged"].to_numpy(dtype=bool) if len(judged) else np.zeros(0, bool)
-        row: dict[str, object] = {"Model": run.model, "Judged": len(judged), "Lexical flag. %": pct(int(lex.sum()), len(judged))}
+        row: dict[str, object] = {"Model": run.model, "Eligible": len(judged), "Lexical flag. %": pct(int(lex.sum()), len(judged))}
         if "flagged" in judged.columns and run.verdicts is not None:
             decided = judged["flagged"].notna().to_numpy()
             jury = _true(judged["flagged"]).to_numpy()
@@ -239,7 +263,7 @@ def lexical_table(runs: Sequence[RunData]) -> pd.DataFrame:
                 }
             )
         rows.append(row)
-    cols = ["Model", "Judged", "Lexical flag. %", "Jury flag. %", "Both", "Lexical only", "Jury only", "Neither", "Agreement %", "κ"]
+    cols = ["Model", "Eligible", "Lexical flag. %", "Jury flag. %", "Both", "Lexical only", "Jury only", "Neither", "Agreement %", "κ"]
     return pd.DataFrame(rows, columns=cols)
 
 
