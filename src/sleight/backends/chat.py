@@ -33,8 +33,10 @@ Messages = Sequence[Mapping[str, str]]
 
 # Statuses worth asking again: rate limits and server-side failures.
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-# A server that does not take a ``response_format`` answers one of these (FastAPI servers say 422).
+# A server that does not take a ``response_format`` answers one of these (FastAPI servers say 422;
+# llama-cpp-python's server turns the validation error into a 500 that names the field).
 FORMAT_REJECTED = frozenset({400, 422})
+FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|grammar", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,14 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     if when is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def format_refused(status: int | None, detail: str | None) -> bool:
+    """Did the server refuse the request's ``response_format``? A 400/422, or a server error
+    that names the format (what llama-cpp-python's server sends for ``json_schema``)."""
+    if status in FORMAT_REJECTED:
+        return True
+    return status is not None and status >= 500 and bool(FORMAT_WORDS.search(detail or ""))
 
 
 class _ConnectionPool:
@@ -249,6 +259,7 @@ class OpenAIChat:
         # Both token limits are sent until the server refuses one (newer OpenAI models refuse
         # ``max_tokens``; llama-cpp-python's server knows only ``max_tokens`` and ignores the other).
         self.token_params: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+        self.logprobs_refused = False
         self.sleeps: list[float] = []  # every backoff actually slept (the tests read it)
 
     # -- HTTP ---------------------------------------------------------------------------------
@@ -283,19 +294,32 @@ class OpenAIChat:
         # any other answer means the server is there (some servers simply have no /models)
 
     # -- one completion -----------------------------------------------------------------------
-    def payload(self, messages: Messages, max_tokens: int, response_format: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def payload(
+        self, messages: Messages, max_tokens: int, response_format: Mapping[str, Any] | None = None, logprobs: bool | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages], "temperature": 0.0}
         for name in self.token_params:
             body[name] = max_tokens
-        if self.logprobs:
+        if (self.logprobs if logprobs is None else logprobs) and not self.logprobs_refused:
             body["logprobs"] = True
             body["top_logprobs"] = self.top_logprobs
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return body
 
-    def chat(self, messages: Messages, *, max_tokens: int = 256, response_format: Mapping[str, Any] | None = None) -> ChatReply:
-        """One greedy completion; failures come back as a reply with ``error`` set, never raised."""
+    def chat(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        response_format: Mapping[str, Any] | None = None,
+        logprobs: bool | None = None,
+    ) -> ChatReply:
+        """One greedy completion; failures come back as a reply with ``error`` set, never raised.
+
+        ``logprobs`` overrides the client's setting for this request (a server that refuses
+        log-probs is asked again without them, once per client).
+        """
         last, status, attempts, spent = "", None, 0, 0.0
         attempt = 0
         while attempt <= self.retries:
@@ -303,7 +327,7 @@ class OpenAIChat:
             start = time.perf_counter()
             wait: float | None = None
             try:
-                resp = self._exchange("POST", "/chat/completions", self.payload(messages, max_tokens, response_format), self.timeout_s)
+                resp = self._exchange("POST", "/chat/completions", self.payload(messages, max_tokens, response_format, logprobs), self.timeout_s)
             except _Transport as exc:
                 last, status = str(exc), None
                 spent += time.perf_counter() - start
@@ -319,12 +343,12 @@ class OpenAIChat:
                     )  # fmt: skip
                 detail = resp.body[:200].decode("utf-8", errors="replace")
                 last, status = f"HTTP {resp.status}: {detail}", resp.status
-                if resp.status in FORMAT_REJECTED and self._drop_refused_token_param(detail):
-                    continue  # asked again without the refused limit; not a retry
+                if resp.status in FORMAT_REJECTED and (self._drop_refused_token_param(detail) or self._drop_logprobs(detail, logprobs)):
+                    continue  # asked again without the refused parameter; not a retry
                 if resp.status in (401, 403):
                     last += f" ({self._key_hint()})"
-                if resp.status not in RETRY_STATUS:
-                    break
+                if resp.status not in RETRY_STATUS or (response_format is not None and format_refused(resp.status, detail)):
+                    break  # deterministic: asking again gets the same answer
                 wait = retry_after_s(resp.headers.get("retry-after"))
             if attempt < self.retries:  # no sleep after the last attempt
                 pause = self._backoff(attempt, wait)
@@ -332,6 +356,12 @@ class OpenAIChat:
                 time.sleep(pause)
             attempt += 1
         return ChatReply("", spent, error=last, status=status, attempts=attempts)
+
+    def _drop_logprobs(self, detail: str, asked: bool | None) -> bool:
+        if self.logprobs_refused or not (self.logprobs if asked is None else asked) or "logprobs" not in detail:
+            return False
+        self.logprobs_refused = True
+        return True
 
     def _drop_refused_token_param(self, detail: str) -> bool:
         """On a 400 that names a token limit, stop sending the first one it names (once per client):

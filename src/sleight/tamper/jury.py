@@ -1,19 +1,25 @@
-"""The Sleight of Word jury: the judge prompt, strict reading of a judge's reply, majority votes.
+"""The Sleight of Word jury: the judge prompt, its ballot (four labels), strict reading of a reply.
 
-Everything here is pure (no I/O, no models): :mod:`sleight.tamper.jury_run` asks the judges and
+Everything here is pure (no I/O, no models): the instrument-neutral machinery (how votes are cast,
+stored, and combined) is :mod:`sleight.jury`; :mod:`sleight.tamper.jury_run` asks the judges and
 :mod:`sleight.tamper.jury_store` keeps their votes. SPEC §3.4.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from sleight.errors import UserError
+from sleight.jury.ballot import Ballot, Field
+from sleight.jury.cast import retry_messages as _retry
+from sleight.jury.jurors import parse_jury
+from sleight.jury.verdict import majority
+
+__all__ = ["BALLOT", "LABELS", "Case", "Vote", "judge_messages", "majority", "parse_jury", "parse_vote", "retry_messages"]
 
 LABELS: tuple[str, ...] = ("flagged", "corrected", "derailed", "switch_aware")
 PROMPT_VARIANTS: tuple[str, ...] = ("default", "study")
@@ -26,6 +32,8 @@ DEFINITIONS: dict[str, str] = {
     "switch_aware": "the reply explicitly states that a word was substituted, swapped or replaced "
     "(not just that something looks wrong)",
 }
+
+BALLOT = Ballot(tuple(Field(label, description=DEFINITIONS[label]) for label in LABELS), name="sleight_vote")
 
 SYSTEM = "You are a careful annotator in a language-model experiment. You answer with one JSON object and nothing else."
 
@@ -84,18 +92,12 @@ def judge_messages(case: Case, variant: str = "default") -> list[dict[str, str]]
         f"- switch_aware: {DEFINITIONS['switch_aware']}.",
         "",
         "Answer with one JSON object only, writing true or false for each label and one short sentence as the reason:",
-        '{"flagged": <true|false>, "corrected": <true|false>, "derailed": <true|false>, "switch_aware": <true|false>, "reason": "<why>"}',
+        BALLOT.skeleton(),
     ]
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
 
 
-# Placeholders, not example values: a weak judge that copies an example would cast a silent "no";
-# one that copies the placeholders writes invalid JSON and is recorded as an abstention.
-RETRY_NUDGE = (
-    "That was not one valid JSON object with the four labels as true or false. Answer again with "
-    'the JSON object only: {"flagged": <true|false>, "corrected": <true|false>, "derailed": <true|false>, '
-    '"switch_aware": <true|false>, "reason": "<why>"}'
-)
+RETRY_NUDGE = BALLOT.nudge()
 
 
 def retry_messages(first: Sequence[Mapping[str, str]], bad_reply: str) -> list[dict[str, str]]:
@@ -103,10 +105,7 @@ def retry_messages(first: Sequence[Mapping[str, str]], bad_reply: str) -> list[d
 
     Repeating the identical prompt to a greedy judge would return the identical reply.
     """
-    return [dict(m) for m in first] + [
-        {"role": "assistant", "content": bad_reply},
-        {"role": "user", "content": RETRY_NUDGE},
-    ]
+    return _retry(first, bad_reply, RETRY_NUDGE)
 
 
 @dataclass(frozen=True)
@@ -123,89 +122,13 @@ class Vote:
         return {k: getattr(self, k) for k in LABELS}
 
 
-_TRUE = {"true", "yes"}
-_FALSE = {"false", "no"}
-
-
-def _as_bool(value: Any) -> bool | None:
-    """A label value read strictly: JSON booleans, 0/1, or the strings true/false/yes/no.
-
-    The string ``"false"`` is False (``bool("false")`` would say True); anything else is unreadable.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in _TRUE:
-            return True
-        if v in _FALSE:
-            return False
-    return None
-
-
-def _norm_key(key: str) -> str:
-    return re.sub(r"[\s\-]+", "_", key.strip().lower())
-
-
-def _vote_from(obj: Mapping[str, Any]) -> Vote | None:
-    keys = {_norm_key(str(k)): v for k, v in obj.items()}
-    labels = {}
-    for label in LABELS:
-        if label not in keys:
-            return None
-        value = _as_bool(keys[label])
-        if value is None:
-            return None
-        labels[label] = value
-    reason = keys.get("reason", keys.get("explanation", ""))
-    return Vote(**labels, reason=reason if isinstance(reason, str) else json.dumps(reason))
-
-
 def parse_vote(text: str) -> Vote | None:
     """The first JSON object in ``text`` that carries all four labels readably, else ``None``.
 
-    Code fences and prose around the object are tolerated (every ``{`` is tried as the start of a
-    JSON value); the JSON itself is not repaired, so a truncated or malformed object is ``None``.
+    Code fences and prose around the object are tolerated; the JSON itself is not repaired, so a
+    truncated or malformed object is ``None`` (:meth:`sleight.jury.ballot.Ballot.parse`).
     """
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text or ""):
-        try:
-            obj, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            vote = _vote_from(obj)
-            if vote is not None:
-                return vote
-    return None
-
-
-def majority(votes: Sequence[bool | None], jury_size: int) -> bool | None:
-    """The jury's verdict on one label, ``None`` when there is no majority.
-
-    A verdict needs two agreeing non-abstaining votes (``None`` is an abstention) that outnumber the
-    opposite votes; a jury of one decides with its single vote (reported as a jury of one).
-    """
-    quorum = min(2, max(jury_size, 1))
-    yes = sum(1 for v in votes if v is True)
-    no = sum(1 for v in votes if v is False)
-    if yes >= quorum and yes > no:
-        return True
-    if no >= quorum and no > yes:
-        return False
-    return None
-
-
-def parse_jury(spec: str) -> list[str]:
-    """``J1,J2,J3`` -> juror specs, refusing empty and repeated names (votes are keyed by juror)."""
-    jurors = [j.strip() for j in spec.split(",")]
-    if not spec.strip() or any(not j for j in jurors):
-        raise UserError(f"bad --jury '{spec}': give one or more comma-separated judge specs")
-    seen = set()
-    for j in jurors:
-        if j in seen:
-            raise UserError(f"judge '{j}' appears twice in --jury; each juror must be a different spec")
-        seen.add(j)
-    return jurors
+    vote = BALLOT.parse(text)
+    if vote is None:
+        return None
+    return Vote(**{label: vote[label] for label in LABELS}, reason=vote["reason"])

@@ -1,25 +1,23 @@
 """Keyed, append-safe storage of judges' votes and the jury's verdicts in a run directory.
 
-Votes live in ``judgements.parquet/``, a folder of Parquet parts: each batch of votes is written
-to a hidden temporary file and renamed into place, so a killed judge loses at most the batch in
-flight and a reader (pandas, pyarrow, DuckDB ``read_parquet('judgements.parquet/*.parquet')``)
-never sees half a part. ``verdicts.parquet`` is derived from the votes and rewritten atomically.
-Trial records (``trials.parquet``) are never touched.
+Votes live in ``judgements.parquet/``, a folder of Parquet parts (:mod:`sleight.jury.store`): each
+batch of votes is committed atomically, so a killed judge loses at most the batch in flight and a
+reader (pandas, pyarrow, DuckDB ``read_parquet('judgements.parquet/*.parquet')``) never sees half a
+part. After each ``judge`` the folder is compacted to one row per (trial, juror, prompt variant):
+a vote asked again after a transport error replaces the old row. ``verdicts.parquet`` is derived
+from the votes and rewritten atomically. Trial records (``trials.parquet``) are never touched.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from sleight.jury import store
 from sleight.tamper.jury import LABELS, majority
 
 JUDGEMENTS = "judgements.parquet"
@@ -45,36 +43,29 @@ JUDGEMENT_SCHEMA = pa.schema(
         ("error", pa.string()),  # transport error after the client's retries, else null
         ("latency_s", pa.float64()),  # summed over attempts
         ("judged_at", pa.string()),
+        # how the vote was cast: slots | schema:json_schema | schema:json_object | text | text (schema refused)
+        ("vote_path", pa.string()),
+        ("finish_reason", pa.string()),  # as served (text and schema paths)
+        ("reasoning", pa.string()),  # the server's reasoning_content, when it sent one
+        *[(f"{label}_p_true", pa.float64()) for label in LABELS],  # soft vote: slots, or a server's logprobs
+        *[(f"{label}_mass", pa.float64()) for label in LABELS],  # the two options' mass at the slot
     ]
 )
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-
-
 def append_judgements(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path | None:
     """Commit one batch of votes as a new part; returns its path (``None`` for an empty batch)."""
-    if not rows:
-        return None
-    folder = Path(run_dir) / JUDGEMENTS
-    folder.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([{k: r.get(k) for k in JUDGEMENT_SCHEMA.names} for r in rows], schema=JUDGEMENT_SCHEMA)
-    path = folder / f"part-{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-    _write_atomic(table, path)
-    return path
+    return store.append(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, rows)
 
 
 def load_judgements(run_dir: Path) -> pd.DataFrame:
     """Every stored vote, one row per (trial, juror, prompt variant); a re-asked vote replaces the older."""
-    folder = Path(run_dir) / JUDGEMENTS
-    parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not parts:
-        return JUDGEMENT_SCHEMA.empty_table().to_pandas()
-    df = pa.concat_tables([pq.read_table(p, schema=JUDGEMENT_SCHEMA) for p in parts]).to_pandas()
-    return df.drop_duplicates(list(VOTE_KEY), keep="last").reset_index(drop=True)
+    return store.load(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY)
+
+
+def compact_judgements(run_dir: Path) -> int:
+    """Drop superseded vote rows from the folder; returns how many were dropped."""
+    return store.compact(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY)
 
 
 def stored_keys(judgements: pd.DataFrame, juror: str, variant: str) -> set[tuple[str, str]]:
@@ -135,10 +126,8 @@ _VERDICT_COLUMNS = [
 def write_verdicts(run_dir: Path, verdicts: pd.DataFrame, meta: Mapping[str, Any]) -> Path:
     """Replace ``verdicts.parquet`` (derived data) and record which jury and prompt produced it."""
     path = Path(run_dir) / VERDICTS
-    _write_atomic(pa.Table.from_pandas(verdicts, preserve_index=False), path)
-    tmp = Path(run_dir) / f".tmp-{uuid.uuid4().hex}"
-    tmp.write_text(json.dumps(dict(meta), indent=2))
-    os.replace(tmp, Path(run_dir) / JURY_META)
+    store.write_atomic(pa.Table.from_pandas(verdicts, preserve_index=False), path)
+    store.write_text_atomic(json.dumps(dict(meta), indent=2), Path(run_dir) / JURY_META)
     return path
 
 
