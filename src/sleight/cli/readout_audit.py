@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sleight.cli.common import add_model_args, model_from_args
+from sleight.cli.common import add_model_args, check_writable, model_from_args
 from sleight.errors import UserError
 
 
@@ -116,7 +116,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from sleight.readout.audit import run_audit
 
     items, config, name = _items_from_args(args)
-    out = Path(args.out or f"runs/readout-{name}")
+    out = check_writable(args.out or f"runs/readout-{name}", "--out")
     if args.threads:
         import torch
 
@@ -149,6 +149,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if not out.is_dir():
         raise UserError(f"audit directory not found: {out}")
+    check_writable(out, "DIR")
     floor = args.floor
     if floor is None:
         try:
@@ -215,6 +216,8 @@ def _down(s: dict) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.out:
+        check_writable(args.out, "--out", file=True)
     text = compare_markdown(Path(args.a), Path(args.b))
     print(text)
     if args.out:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sleight.cli.common import add_model_args, model_from_args
+from sleight.cli.common import add_model_args, check_writable, model_from_args
 from sleight.errors import UserError
 
 
@@ -88,9 +88,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _out_dir(path: str) -> Path:
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a folder")
+    out = check_writable(path, "--out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
