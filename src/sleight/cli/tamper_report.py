@@ -63,11 +63,14 @@ def cmd_judge(args: argparse.Namespace) -> int:
     device = None if args.device == "auto" else args.device
 
     def loader(spec: str):
+    from sleight.cli.common import check_writable
         if spec.startswith("openai:"):
             return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
         from sleight.backends import load_model
         from sleight.backends.chat import LocalChat
 
+    if args.run.is_dir():  # the votes are written into the run (a missing run is judge_run's error)
+        check_writable(args.run, "--run")
         return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
 
     summary = judge_run(args.run, args.jury, variant=args.prompt, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader)
@@ -90,6 +93,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
     print("plots:   " + ", ".join(str(p) for p in paths.plots))
     if paths.index:
+    from sleight.cli.common import check_writable
+    from sleight.errors import UserError
+
+    check_writable(args.out, "--out")
+    for run in args.runs:  # before the heavy imports: a mistyped run answers at once
+        if not run.is_dir():
+            raise UserError(f"run directory {run} does not exist")
         print(f"site:    {paths.index}  (browse with: sleight tamper view {args.out})")
     return 0
 
