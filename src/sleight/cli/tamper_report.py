@@ -28,6 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(key from $OPENAI_API_KEY or --api-key-env)",
     )
     p.add_argument("--prompt", default="default", choices=["default", "study"], help="judge prompt; 'study' omits the accepted answers (default: default)")
+    p.add_argument(
+        "--vote",
+        default="auto",
+        choices=["auto", "slots", "schema", "text"],
+        help="how jurors vote: slots (a local model's P(true) vs P(false) at each label's value in a prefilled JSON), "
+        "schema (a server's JSON-schema response_format, falling back to text), text (free reply, parsed); "
+        "auto = slots on local jurors, schema on servers (default: auto)",
+    )
     p.add_argument("--max-tokens", type=int, default=200, help="reply budget per judgement (default: 200)")
     p.add_argument("--batch", type=int, default=16, help="trials per batch; each batch is committed to disk (default: 16)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="ask each juror about at most N pending trials now (a quick look; default: all)")
@@ -55,44 +63,36 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_judge(args: argparse.Namespace) -> int:
     from sleight.backends.chat import load_chat
+    from sleight.cli.common import check_writable
     from sleight.errors import UserError
-    from sleight.tamper.jury_run import judge_run
+    from sleight.tamper.jury_run import judge_runs, no_vote_line, summary_lines
 
     if args.max_tokens < 16:
         raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON verdict (use >= 16)")
+    if args.run.is_dir():  # the votes are written into the run (a missing run is judge_run's error)
+        check_writable(args.run, "--run")
     device = None if args.device == "auto" else args.device
 
     def loader(spec: str):
-    from sleight.cli.common import check_writable
         if spec.startswith("openai:"):
             return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
         from sleight.backends import load_model
         from sleight.backends.chat import LocalChat
 
-    if args.run.is_dir():  # the votes are written into the run (a missing run is judge_run's error)
-        check_writable(args.run, "--run")
         return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
 
-    summary = judge_run(args.run, args.jury, variant=args.prompt, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader)
-    print(f"trials to judge (>=1 swap): {summary.n_judged_trials} (prompt '{summary.prompt_variant}')")
-    for j in summary.jurors:
-        print(
-            f"  {j.juror}: asked {j.asked}, already stored {j.skipped}, abstained {j.abstained} "
-            f"(retried {j.retried}, transport errors {j.errors}), {j.seconds:.1f}s"
-        )
-    if len(summary.jurors) == 1:
-        print("  note: a jury of one -- its vote is the verdict; the report labels it as such")
-    print(f"verdicts: {summary.verdicts_path}")
+    run_dirs = list(getattr(args, "runs", None) or [args.run])
+    summary = judge_runs(
+        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader
+    )
+    for line in summary_lines(summary):
+        print(line)
+    if summary.asked and not summary.cast:
+        raise UserError(no_vote_line(summary))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from sleight.reporting.report import write_report
-
-    paths = write_report(args.runs, args.out, site=not args.no_site)
-    print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
-    print("plots:   " + ", ".join(str(p) for p in paths.plots))
-    if paths.index:
     from sleight.cli.common import check_writable
     from sleight.errors import UserError
 
@@ -100,6 +100,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     for run in args.runs:  # before the heavy imports: a mistyped run answers at once
         if not run.is_dir():
             raise UserError(f"run directory {run} does not exist")
+    from sleight.reporting.report import write_report
+
+    paths = write_report(args.runs, args.out, site=not args.no_site)
+    print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
+    print("plots:   " + ", ".join(str(p) for p in paths.plots))
+    if paths.index:
         print(f"site:    {paths.index}  (browse with: sleight tamper view {args.out})")
     return 0
 
