@@ -42,7 +42,7 @@ _SCHEMA = re.compile(r"^<!--\s*schema:\s*(?P<target>[\w.]+:\w+)[ \t]*\n?(?P<body
 _CLI = re.compile(r"^<!--\s*cli:\s*(?P<command>[\w -]*?|\*)\s*-->[ \t]*$", re.M)
 _KEY = re.compile(r"^(?P<keys>[A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*:\s+(?P<text>.*)$")
 _PACKAGES = re.compile(r"^<!--\s*packages:\s*(?P<package>[\w.]+)\s*-->[ \t]*$", re.M)
-HELP_WIDTH = "100"
+HELP_WIDTH = "80"
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
