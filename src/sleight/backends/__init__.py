@@ -33,15 +33,16 @@ def load_model(
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     dtype = dtype or DEFAULT_DTYPES[engine]
+    if engine == "hf" and engine_kwargs:
+        raise UserError(f"engine 'hf' takes no {', '.join(sorted(engine_kwargs))} (vllm-only settings)")
+    resolved = resolve(spec)  # before the engine's heavy imports: a bad spec answers in a second
     if engine == "vllm":
         from sleight.backends.vllm import VLLMModel
 
-        return VLLMModel(resolve(spec), dtype=dtype, batch_size=batch_size, threads=threads, **engine_kwargs)
-    if engine_kwargs:
-        raise UserError(f"engine 'hf' takes no {', '.join(sorted(engine_kwargs))} (vllm-only settings)")
+        return VLLMModel(resolved, dtype=dtype, batch_size=batch_size, threads=threads, **engine_kwargs)
     from sleight.backends.hf import HFModel
 
-    return HFModel(resolve(spec), device=device, dtype=dtype, batch_size=batch_size, threads=threads)
+    return HFModel(resolved, device=device, dtype=dtype, batch_size=batch_size, threads=threads)
 
 
 __all__ = [
