@@ -52,7 +52,7 @@ endif
 test-fast: install $(VENV)/.server chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
-check: lint docs
+check: docs lint
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks
