@@ -91,6 +91,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    if args.top < 0:
+        raise UserError(f"--top must be 0 or more (got {args.top})")
     if args.model.startswith("openai:"):
         return _generate_remote(args)
     model = model_from_args(args)

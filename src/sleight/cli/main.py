@@ -6,16 +6,24 @@ import argparse
 import os
 import sys
 import warnings
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from sleight import __version__
 from sleight.errors import UserError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other user error (exit 2), naming the
+    command whose ``--help`` tells more; subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sleight.cli import common, readout, tamper
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sleight",
         description=(
             "Test whether what a language model registers matches what an evaluation reads or the "
