@@ -205,11 +205,90 @@ def test_vllm_missing_is_a_clear_error():
         pytest.skip("vllm is installed here")
 
 
-def test_vllm_dense_logprobs_and_summary():
-    from sleight.backends.vllm import dense_logprobs, step_summary
+def _direct_records(model, context, reply):
+    """Records of ``reply`` from one plain forward pass over context + reply (no cache, no fork)."""
+    with torch.inference_mode():
+        lp = torch.log_softmax(model.model(torch.tensor([list(context) + list(reply)])).logits[0].float(), -1)
+    rows = lp[len(context) - 1 : len(context) - 1 + len(reply)]
+    tv, ti = torch.topk(rows, 20, -1)
+    ent = -(rows.exp() * rows).nan_to_num().sum(-1)
+    return rows[torch.arange(len(reply)), torch.tensor(reply)].numpy(), ti.numpy(), tv.numpy(), ent.numpy()
 
-    lp = np.log(np.array([0.5, 0.3, 0.2], dtype=np.float32))
-    dense = dense_logprobs({0: lp[0], 2: lp[2], 1: lp[1]}, 3)
-    np.testing.assert_allclose(dense, lp)
-    ids, top, ent = step_summary(dense, 2)
-    assert list(ids) == [0, 1] and ent == pytest.approx(-(np.exp(lp) * lp).sum(), abs=1e-6)
+
+def _same_top(a_ids, a_lp, b_ids, b_lp, tol=1e-4):
+    """Top-k ids agree wherever the log-probs are not tied within ``tol``."""
+    np.testing.assert_allclose(a_lp, b_lp, atol=tol)
+    differ = a_ids != b_ids
+    assert all(abs(float(a_lp[i, j]) - float(a_lp[i, j - 1 if j else j + 1])) < tol or abs(float(a_lp[i, j]) - float(a_lp[i, min(j + 1, a_lp.shape[1] - 1)])) < tol for i, j in zip(*np.nonzero(differ)))
+
+
+def test_score_tokens_equals_an_independent_forward_pass(model, rendered, one_at_a_time):
+    base = one_at_a_time[5].token_ids
+    replies = [base, base[:6] + model.encode(" because of Rayleigh scattering."), base[:3], [], base, model.encode("No.")]
+    scored = model.score_tokens(rendered[5], replies)
+    assert len(scored) == len(replies) and scored[3].token_ids == [] and scored[3].top_ids.shape == (0, 20)
+    for reply, s in zip(replies, scored):
+        if not reply:
+            continue
+        lp, ti, tv, ent = _direct_records(model, rendered[5], reply)
+        assert s.token_ids == reply and s.top_ids.shape == (len(reply), 20)
+        assert np.abs(s.logprobs - lp).max() < 1e-4 and np.abs(s.entropy - ent).max() < 1e-4
+        _same_top(s.top_ids, s.top_logprobs, ti, tv)
+
+
+def test_score_tokens_reproduces_the_lockstep_records(model, rendered):
+    paris = model.encode(" Paris")[0]
+
+    def hook(row, out, proposed):  # a retraction and a multi-token force inside the reply
+        if proposed is not None and out and out[-1] == paris:
+            return Edit(force=tuple(model.encode(" Rome, Italy")), retract=1)
+        return None
+
+    gens = model.greedy(rendered[:3], BUDGET, hook=hook)
+    assert gens[0].edits, "the hook should have fired on the first prompt"
+    for p, g in zip(rendered[:3], gens):
+        s = model.score_tokens(p, [g.token_ids])[0]
+        assert np.abs(s.logprobs - g.logprobs).max() < 1e-4
+        assert np.abs(s.entropy - g.entropy).max() < 1e-4
+        _same_top(s.top_ids, s.top_logprobs, g.top_ids, g.top_logprobs)
+        assert s.top_ids.dtype == g.top_ids.dtype and s.top_logprobs.dtype == g.top_logprobs.dtype
+
+
+def test_score_tokens_in_memory_sized_groups(model, rendered, monkeypatch):
+    import sleight.backends.hf as hf
+
+    replies = [model.encode(t) for t in (" It is Paris.", " Paris, of course!", " I think it is Lyon.")]
+    whole = model.score_tokens(rendered[0], replies)
+    monkeypatch.setattr(hf, "_SCORE_BYTES", 1)  # one row per pass
+    for a, b in zip(whole, model.score_tokens(rendered[0], replies)):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+        np.testing.assert_allclose(a.entropy, b.entropy, atol=1e-5)
+
+
+def test_generate_until_equals_greedy_and_stops(model, rendered, one_at_a_time):
+    got = model.generate_until(rendered, BUDGET)
+    for c, g in zip(got, one_at_a_time):
+        assert c.token_ids == g.token_ids and c.finish_reason == g.finish_reason
+    the = model.encode(" the")[0]
+    stopped = model.generate_until(rendered, BUDGET, stop_token_ids=[the])
+    for c, g in zip(stopped, one_at_a_time):
+        if the in g.token_ids:
+            k = g.token_ids.index(the) + 1
+            assert c.token_ids == g.token_ids[:k] and c.finish_reason == "stop_token"
+        else:
+            assert c.token_ids == g.token_ids and c.finish_reason == g.finish_reason
+    per_row = model.generate_until(rendered[:3], [1, 0, 5])
+    assert [len(c.token_ids) for c in per_row] == [1, 0, 5] and per_row[1].finish_reason == "length"
+    word = model.generate_until(rendered[5:], 32, stop=["blue"])[0]
+    assert word.finish_reason == "stop_token" and "blue" in model.decode(word.token_ids)
+    assert "blue" not in model.decode(word.token_ids[:-1])
+
+
+def test_threads_and_engine_default_dtype(model):
+    from sleight.backends import DEFAULT_DTYPES, load_model
+    from sleight.errors import UserError
+
+    assert model.info.threads == torch.get_num_threads() >= 1
+    assert DEFAULT_DTYPES == {"hf": "float32", "vllm": "bfloat16"}
+    with pytest.raises(UserError, match="vllm-only"):
+        load_model(engine="hf", gpu_memory_utilization=0.5)
