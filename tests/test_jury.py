@@ -180,12 +180,13 @@ def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_pa
     assert (v["n_abstained"] == 1).sum() == n_judged - 2 + j["abstained"].sum()
 
 
-def test_local_model_as_a_jury_of_one(run_dir, n_judged, model, tmp_path):
-    """The demo's jury: the default model itself, through the hf engine."""
+def test_local_model_as_a_jury_of_one_by_text(run_dir, n_judged, model, tmp_path):
+    """The default model itself, through the hf engine, on the free-text path (``--vote text``)."""
     run = copy_run(run_dir, tmp_path / "run")
-    summary = judge_run(run, ["smollm2-135m-instruct"], loader=lambda spec: LocalChat(model), max_tokens=32, limit=2, progress=False)
+    summary = judge_run(run, ["smollm2-135m-instruct"], vote="text", loader=lambda spec: LocalChat(model), max_tokens=32, limit=2, progress=False)
     assert summary.jurors[0].asked == 2
     j = jury_store.load_judgements(run)
     assert len(j) == 2 and (j["latency_s"] > 0).all()
     assert all(bool(r["abstained"]) == (parse_vote(r["raw_reply"]) is None) for r in j.to_dict("records"))
+    assert (j["vote_path"] == "text").all()
     assert json.loads((run / jury_store.JURY_META).read_text())["jury"] == ["smollm2-135m-instruct"]

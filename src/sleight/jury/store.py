@@ -1,11 +1,12 @@
 """Keyed, append-safe vote storage: a folder of Parquet parts, one row per key once compacted.
 
-Each batch of votes is written to a hidden temporary file, flushed to disk and renamed into place,
-so a killed judge loses at most the batch in flight and a reader (pandas, pyarrow, DuckDB
-``read_parquet('<folder>/*.parquet')``) never sees half a part. A vote asked again (after a
-transport error) is appended; :func:`compact` then rewrites the folder so that it holds exactly one
-row per key, the newest -- the compacted part is committed before the old parts are removed, and
-readers keep the newest row per key in the meantime.
+Each batch of votes is committed atomically (:func:`sleight.rundir.write_table`: a private
+temporary file, fsync, rename), so a killed judge loses at most the batch in flight and a reader
+(pandas, pyarrow, DuckDB ``read_parquet('<folder>/*.parquet')``) never sees half a part. A vote
+asked again (after a transport error) is appended; :func:`compact` then rewrites the folder so that
+it holds exactly one row per key, the newest -- the compacted part is committed before the old
+parts are removed, and readers keep the newest row per key in the meantime. A damaged part is a
+one-line error for a reader; the judge (``repair``) moves it aside and asks its votes again.
 """
 
 from __future__ import annotations
@@ -20,26 +21,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sleight import rundir
+from sleight.errors import UserError
+
 
 def write_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` through a flushed temporary file and a rename."""
-    path = Path(path)
-    tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write ``table`` to ``path`` atomically."""
+    rundir.write_table(path, table)
 
 
 def write_text_atomic(text: str, path: Path) -> None:
-    path = Path(path)
-    tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    rundir.write_text(path, text)
 
 
 def _part_name() -> str:
@@ -58,24 +50,38 @@ def append(folder: Path, schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -
         return None
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
     path = folder / _part_name()
-    write_atomic(table, path)
+    write_atomic(rundir.table_from_rows(rows, schema), path)
     return path
 
 
-def load_all(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+def _sound(folder: Path, repair: bool, hint: str = "") -> list[Path]:
+    """The parts whose footer reads and that hold rows. A damaged one is a one-line error, or with
+    ``repair`` is moved to the run's ``damaged/`` folder (its votes are then asked again)."""
+    good = []
+    for p in parts(folder):
+        why = rundir.verify_part(p)
+        if why is None:
+            good.append(p)
+        elif repair:
+            rundir.set_aside(Path(folder).parent, p, why, redo="its votes are asked again")
+        else:
+            raise UserError(f"{p} is damaged ({why}){'; ' + hint if hint else ''}")
+    return good
+
+
+def load_all(folder: Path, schema: pa.Schema, *, repair: bool = False, hint: str = "") -> pd.DataFrame:
     """Every stored row, superseded ones included, in commit order (older parts read with nulls
     for the columns they predate)."""
-    found = parts(folder)
+    found = _sound(folder, repair, hint)
     if not found:
         return schema.empty_table().to_pandas()
     return pa.concat_tables([pq.read_table(p, schema=schema) for p in found]).to_pandas()
 
 
-def load(folder: Path, schema: pa.Schema, key: Sequence[str]) -> pd.DataFrame:
+def load(folder: Path, schema: pa.Schema, key: Sequence[str], *, repair: bool = False, hint: str = "") -> pd.DataFrame:
     """One row per key: the newest committed one."""
-    df = load_all(folder, schema)
+    df = load_all(folder, schema, repair=repair, hint=hint)
     return df.drop_duplicates(list(key), keep="last").reset_index(drop=True)
 
 

@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -193,7 +194,7 @@ def judge_runs(
         summary.jurors.append(js)
         todo: list[tuple[_Run, dict[str, Any]]] = []
         for run in runs:
-            done = jury_store.stored_keys(jury_store.load_judgements(run.path), juror, variant)
+            done = jury_store.stored_keys(jury_store.load_judgements(run.path, repair=True), juror, variant)
             mine = [t for t in run.trials.to_dict("records") if (t["question_id"], t["substitute"]) not in done]
             js.skipped += len(run.trials) - len(mine)
             todo += [(run, t) for t in mine]
@@ -224,8 +225,19 @@ def _ask(judge: Any, js: JurorSummary, todo: list[tuple[_Run, dict[str, Any]]], 
     """Cast one juror's votes on ``todo`` and commit them ``batch`` at a time, per run."""
     convs = [judge_messages(case_of(t), variant) for _, t in todo]
     start = time.perf_counter()
-    bar = tqdm(total=len(todo), desc=f"judge {_short(js.juror)} ({judge.mode})", unit="vote", disable=not progress, dynamic_ncols=True)
+    desc = f"judge {_short(js.juror)} ({judge.mode})"
+    bar = tqdm(total=len(todo), desc=desc, unit="vote", dynamic_ncols=True) if progress and sys.stderr.isatty() else None
     touched: list[_Run] = []
+
+    def report(committed: bool) -> None:
+        elapsed = time.perf_counter() - start
+        rate = js.asked / elapsed if elapsed > 0 else 0.0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(abstained=js.abstained, votes_s=f"{rate:.2f}")
+        elif progress and committed:  # off a terminal: one plain line per committed batch
+            print(f"{desc}: {js.asked}/{len(todo)} votes, {js.abstained} abstained, {rate:.2f} votes/s", file=sys.stderr, flush=True)
+
     try:
         for i, cast in judge.cast(convs, BALLOT, max_tokens=max_tokens):
             run, trial = todo[i]
@@ -239,15 +251,15 @@ def _ask(judge: Any, js: JurorSummary, todo: list[tuple[_Run, dict[str, Any]]], 
             js.last_error = cast.error or js.last_error
             js.paths[cast.path] = js.paths.get(cast.path, 0) + 1
             js.masses += [m for m in cast.mass.values() if m is not None]
-            if len(run.pending) >= max(batch, 1):
+            full = len(run.pending) >= max(batch, 1)
+            if full:
                 _commit(run)  # committed per batch: a crash keeps it
-            bar.update(1)
-            elapsed = time.perf_counter() - start
-            bar.set_postfix(abstained=js.abstained, votes_s=f"{js.asked / elapsed:.2f}" if elapsed > 0 else "-")
+            report(full or js.asked == len(todo))
     finally:
         for run in touched:
             _commit(run)
-        bar.close()
+        if bar is not None:
+            bar.close()
         js.seconds = time.perf_counter() - start
 
 

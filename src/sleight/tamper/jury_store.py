@@ -58,9 +58,13 @@ def append_judgements(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path 
     return store.append(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, rows)
 
 
-def load_judgements(run_dir: Path) -> pd.DataFrame:
-    """Every stored vote, one row per (trial, juror, prompt variant); a re-asked vote replaces the older."""
-    return store.load(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY)
+def load_judgements(run_dir: Path, *, repair: bool = False) -> pd.DataFrame:
+    """Every stored vote, one row per (trial, juror, prompt variant); a re-asked vote replaces the older.
+
+    A damaged part is a one-line error, or with ``repair`` (the judge) is moved aside and re-asked.
+    """
+    hint = f"run 'sleight tamper judge --run {run_dir} ...' again to set it aside and re-ask its votes"
+    return store.load(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY, repair=repair, hint=hint)
 
 
 def compact_judgements(run_dir: Path) -> int:
