@@ -19,17 +19,47 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128) -> None
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, folder, .gguf file or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--engine", default="hf", choices=ENGINES, help="inference engine (default: hf)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights dtype (default: float32)")
+    p.add_argument(
+        "--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+        help="weights dtype (default: the engine's own, float32 on hf, bfloat16 on vllm)",
+    )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
-    p.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm only: GPUs per model (default: 1)")
+    if "--threads" not in p._option_string_actions:  # a command that declared it first keeps its own help
+        p.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's own; recorded in the manifest)")
+    g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
+    g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
+    g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
+    g.add_argument("--max-model-len", type=int, default=None, metavar="N", help="context length vLLM reserves (default: the model's)")
+    g.add_argument(
+        "--gpu-memory-utilization", type=float, default=None, metavar="F",
+        help="GPU memory share vLLM takes (default: 0.5; the rest holds the hf twin that scores records)",
+    )
+
+
+def resolved_dtype(args: argparse.Namespace) -> str:
+    """The dtype the flags give: ``--dtype``, else the engine's own default."""
+    from sleight.backends import DEFAULT_DTYPES
+
+    return getattr(args, "dtype", None) or DEFAULT_DTYPES[args.engine]
 
 
 def model_from_args(args: argparse.Namespace):
     """Load the model the flags name (the heavy imports happen here, after argument parsing)."""
     from sleight.backends import load_model
 
-    extra = {"tensor_parallel_size": args.tensor_parallel_size} if args.engine == "vllm" else {}
-    return load_model(args.model, engine=args.engine, device=args.device, dtype=args.dtype, batch_size=args.batch_size, **extra)
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise UserError(f"--threads must be at least 1 (got {args.threads})")
+    extra = {}
+    if args.engine == "vllm":
+        extra = {
+            k: getattr(args, k)
+            for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization")
+            if getattr(args, k, None) is not None
+        }
+    return load_model(
+        args.model, engine=args.engine, device=args.device, dtype=resolved_dtype(args), batch_size=args.batch_size,
+        threads=getattr(args, "threads", None), **extra,
+    )
 
 
 def check_writable(path: Path | str, flag: str = "--out", *, file: bool = False) -> Path:

@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(other processes or machines) into one --out, which then holds exactly the records of one unsharded run",
     )
     p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a run is resumed, and a different config refused)")
+    p.add_argument(
+        "--decoding", default=None, choices=["lockstep", "two-phase"],
+        help="lockstep: swap triggers during decoding (hf); two-phase: decide the tokens by greedy requests, then score "
+        "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_model_args(p)
     p.set_defaults(func=cmd_run)
@@ -72,14 +77,17 @@ def execute(args: argparse.Namespace) -> list[str]:
     out = args.out or default_out(args.model)
     check_writable(out, "--out")
 
+    from sleight.cli.common import resolved_dtype
     from sleight.tamper.engine import TamperConfig
     from sleight.tamper.runner import run_config, run_tamper, trigger_note
     from sleight.tamper.store import RunStore
 
     config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
+    decoding = getattr(args, "decoding", None) or ("two-phase" if args.engine == "vllm" else "lockstep")
     # Refuse a directory made with another config before spending time loading the model.
     store = RunStore(out)
-    store.check_config(run_config(args.model, args.engine, args.dtype, config, questions, substitutes, qsrc, ssrc), overwrite=getattr(args, "overwrite", False))
+    cfg = run_config(args.model, args.engine, resolved_dtype(args), config, questions, substitutes, qsrc, ssrc, decoding)
+    store.check_config(cfg, overwrite=getattr(args, "overwrite", False))
     mine = shard.indices(len(questions))
     if store.read_manifest() is not None and store.done(mine) >= set(mine):
         if not (store.read_manifest() or {}).get("completed"):
@@ -90,7 +98,10 @@ def execute(args: argparse.Namespace) -> list[str]:
     from sleight.cli.common import model_from_args
 
     model = model_from_args(args)
-    summary = run_tamper(model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard)
+    summary = run_tamper(
+        model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard,
+        decoding=decoding,
+    )
     rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
     resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
     n_q = summary.shard_questions if summary.shard_questions is not None else summary.questions
@@ -103,6 +114,8 @@ def execute(args: argparse.Namespace) -> list[str]:
         f"{what} in {out}{resumed}; "
         f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
     ]
+    if summary.decoding == "two-phase":
+        lines.append(f"two-phase decoding: {summary.disagreements} position(s) where the scoring pass's argmax is not the decided token")
     note = trigger_note(args.trigger, n_q, summary.untouched_questions)
     if note:
         lines.append(note)

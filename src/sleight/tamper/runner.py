@@ -20,6 +20,7 @@ from sleight.backends.base import LanguageModel
 from sleight.progress import SweepProgress
 from sleight.rundir import ALL, Shard, versions
 from sleight.tamper.data import ENTITY_INDEX, Question, digest
+from sleight.tamper import two_phase
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
 from sleight.tamper.records import clean_table, trials_table
 from sleight.tamper.store import RunStore
@@ -37,6 +38,8 @@ class RunSummary:
     untouched_questions: int = 0  # committed questions whose clean reply never emits the trigger
     shard: Shard = ALL
     shard_questions: int | None = None  # questions in this shard (None: the whole run)
+    decoding: str = "lockstep"
+    disagreements: int = 0  # two-phase: scored argmax != decided token, model-chosen positions, this session
 
     @property
     def trials(self) -> int:
@@ -52,12 +55,14 @@ def run_config(
     substitutes: Sequence[str],
     question_source: str = "shipped",
     substitute_source: str = "shipped",
+    decoding: str = "lockstep",
 ) -> dict[str, Any]:
     """The manifest's ``config``: everything that decides the records (compared on resume)."""
     return {
         "model": model_spec,
         "engine": engine,
         "dtype": dtype,
+        "decoding": decoding,
         **asdict(config),
         "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
         "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},
@@ -78,15 +83,20 @@ def run_tamper(
     progress: bool = True,
     shard: Shard = ALL,
     overwrite: bool = False,
+    decoding: str = "lockstep",
 ) -> RunSummary:
     """Run (or resume) the sweep into ``out``; each question's trials are committed atomically.
 
     ``shard`` K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
     once, in several processes or machines, into one ``out``. ``overwrite`` starts ``out`` over.
+    ``decoding``: ``"lockstep"`` (per-step surgery, hf) or ``"two-phase"`` (:mod:`sleight.tamper.two_phase`).
     """
+    if decoding not in two_phase.DECODINGS:
+        raise ValueError(f"decoding must be one of {two_phase.DECODINGS}, not {decoding!r}")
+    decide = (two_phase.clean_run, two_phase.batched_trials) if decoding == "two-phase" else (clean_run, batched_trials)
     info = model.info.as_dict()
     store = RunStore(out)
-    cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source)
+    cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source, decoding)
     store.check_config(cfg, overwrite=overwrite)
     prompts = {q.id: render_question(model, q.question) for q in questions}
     store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions(), shard=shard)
@@ -99,18 +109,20 @@ def run_tamper(
     desc = "tamper" if shard.whole else f"tamper {shard}"
     prog = SweepProgress(len(mine) * n_sub, initial=len(done) * n_sub, unit="trial", desc=desc, enabled=progress)
     untouched = _untouched_committed(store, done)
+    stats = _DecodeStats(decoding, int(info.get("threads") or 0))
     completed = False
     try:
         for i in todo:
             q = questions[i]
             prog.start_item(f"{q.id} clean", config.max_new_tokens)
-            clean = clean_run(model, prompts[q.id], config, prog.tokens)
+            clean = decide[0](model, prompts[q.id], config, prog.tokens)
             if clean.triggers:
                 prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
             else:
                 untouched += 1
                 prog.start_item(f"{q.id} untouched", 0, new_item=False)
-            trials = batched_trials(model, clean, substitutes, config, prog.tokens)
+            trials = decide[1](model, clean, substitutes, config, prog.tokens)
+            stats.add(q.id, clean, trials)
             store.commit(
                 i,
                 q.id,
@@ -121,11 +133,44 @@ def run_tamper(
         completed = True
     finally:
         prog.close()
+        if store.session is not None:
+            store.session.record.update(stats.record())
         store.finish(completed)
     return RunSummary(
         Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
-        shard, None if shard.whole else len(mine),
+        shard, None if shard.whole else len(mine), decoding, stats.disagreements,
     )
+
+
+class _DecodeStats:
+    """What this session's decoding path did, for its session record: the path, torch threads, and
+    (two-phase) the argmax disagreements per trial and the engine cost, never hidden."""
+
+    def __init__(self, decoding: str, threads: int) -> None:
+        self.decoding, self.threads = decoding, threads
+        self.disagreements = 0
+        self.by_question: dict[str, dict[str, int]] = {}
+        self.cost = {"questions": 0, "rounds": 0, "requests": 0, "decoded": 0, "prefilled": 0}
+
+    def add(self, qid: str, clean: Any, trials: Sequence[Any]) -> None:
+        if self.decoding != "two-phase":
+            return
+        counts = {"clean": clean.disagreements, **{str(t.substitute_index): t.disagreements for t in trials if not t.untouched}}
+        self.disagreements += sum(counts.values())
+        if any(counts.values()):
+            self.by_question[qid] = {k: v for k, v in counts.items() if v}
+        costs = [c for c in [clean.cost, *(t.cost for t in trials if not t.untouched)] if c is not None]
+        self.cost["questions"] += 1
+        self.cost["rounds"] += 1 + max((t.cost.requests for t in trials if t.cost is not None), default=0)
+        for key in ("requests", "decoded", "prefilled"):
+            self.cost[key] += sum(getattr(c, key) for c in costs)
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"decoding": self.decoding, "threads": self.threads}
+        if self.decoding == "two-phase":
+            out["argmax_disagreements"] = {"total": self.disagreements, "by_question": self.by_question}
+            out["two_phase_cost"] = dict(self.cost)
+        return out
 
 
 def _untouched_committed(store: RunStore, done: set[int]) -> int:
