@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from sleight.cli import readout_audit, readout_downstream
+from sleight.cli import readout_audit, readout_downstream, readout_scan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "readout",
         help="Readout audit: does a constrained-option score read what the model will say?",
-        description="Readout audit: audit a scored position (audit), compare runs (compare), downstream checks (forecast, ptrue).",
+        description="Readout audit: audit a scored position (audit), compare runs (compare), downstream checks (forecast, ptrue), published scorers (scan).",
     )
     rs = p.add_subparsers(dest="readout_command", metavar="SUBCOMMAND", required=True)
     readout_audit.register(rs)
     readout_downstream.register(rs)
+    readout_scan.register(rs)
