@@ -20,8 +20,12 @@ DEMO_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Sleight of Word: a small sweep",
         ("tamper", "run", "--questions", "{questions}", "--substitutes", "{substitutes}", "--max-new-tokens", "{max_new_tokens}", "--out", "{out}/tamper/run"),
     ),
-    # TODO(lead): add "--vote", "slots" once `tamper judge` has it (label slots give real votes, not abstentions).
-    ("The jury (the default model alone: a jury of one)", ("tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--max-tokens", "64")),
+    # Label slots: the juror's P(true) vs P(false) at each label's value, a real vote where a free reply
+    # from a 135M model is mostly an abstention.
+    (
+        "The jury (the default model alone: a jury of one, voting by label slots)",
+        ("tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--vote", "slots", "--max-tokens", "64"),
+    ),
     ("Leaderboard, plots and site", ("tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report")),
     (
         "Readout audit of the reader-forecast prompt",
