@@ -38,6 +38,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ SESSION_FIELDS: dict[str, str] = {
     "host": "machine name",
     "pid": "process id on that machine",
     "new_units": "units this session committed",
+    "seconds": "how long the session ran (set when it finishes)",
     "device": "the model's device in this session",
     "batch_size": "the model's batch size in this session",
     "engine_version": "the engine's version in this session",
@@ -260,6 +262,22 @@ def verify_part(path: Path | str, *, schema: pa.Schema | None = None, rows: int 
     return None
 
 
+def set_aside(run_dir: Path, path: Path, reason: str, *, redo: str = "its work is redone", warn: Warn = _stderr) -> Path | None:
+    """Move a damaged file of a run to ``RUN_DIR/damaged/<its folder>/`` (never delete it: it is
+    evidence) and say so in one line; None when it was already gone (another session moved it)."""
+    rel = path.parent.relative_to(run_dir) if path.parent != run_dir else Path()
+    dest_dir = run_dir / DAMAGED_DIR / rel
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    dest = dest_dir / f"{path.stem}.{stamp}.{uuid.uuid4().hex[:4]}{path.suffix}"
+    try:
+        os.replace(path, dest)
+    except FileNotFoundError:
+        return None
+    warn(f"{path} is damaged ({reason}); moved it to {dest}; {redo}")
+    return dest
+
+
 class Parts:
     """A folder of Parquet parts (one per committed unit), read by pandas, pyarrow and DuckDB as one
     table (``read_parquet('RUN_DIR/<table>/*.parquet')``)."""
@@ -289,16 +307,7 @@ class Parts:
 
     def set_aside(self, key: str, reason: str, *, redo: str = "its work is redone", warn: Warn = _stderr) -> Path | None:
         """Move a damaged part to ``damaged/<table>/`` and say so in one line."""
-        src = self.path(key)
-        dest_dir = self.run_dir / DAMAGED_DIR / self.name
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        dest = dest_dir / f"{key}.{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:4]}.parquet"
-        try:
-            os.replace(src, dest)
-        except FileNotFoundError:  # another session moved or redid it meanwhile
-            return None
-        warn(f"{self.dir / src.name} is damaged ({reason}); moved it to {dest}; {redo}")
-        return dest
+        return set_aside(self.run_dir, self.path(key), reason, redo=redo, warn=warn)
 
     def verified(
         self,
@@ -465,6 +474,7 @@ class Session:
 
     def __init__(self, run: RunDir, shard: Shard, model: Mapping[str, Any] | None, versions_: Mapping[str, str] | None = None) -> None:
         self.run = run
+        self._t0 = time.monotonic()
         started = dt.datetime.now(dt.timezone.utc)
         self.id = f"{started.strftime('%Y%m%dT%H%M%S%f')}-{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.id = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.id)
@@ -502,6 +512,7 @@ class Session:
     def finish(self, completed: bool) -> None:
         """Record the end (completed: every unit of this session's shard is committed) and let go."""
         self.record["finished"] = now()
+        self.record["seconds"] = round(time.monotonic() - self._t0, 3)
         self.record["completed"] = bool(completed)
         try:
             self.save()
@@ -512,6 +523,10 @@ class Session:
         if not self._lock.closed:
             self._lock.close()
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            try:
+                self.tmp_dir.parent.rmdir()  # .tmp/ itself, once no session is left in it
+            except OSError:
+                pass
 
 
 class RunDir:
@@ -706,16 +721,7 @@ class RunDir:
 
     def record_session(self, shard: Shard, *, completed: bool, model: Mapping[str, Any] | None = None) -> None:
         """A session that had nothing to do still says so (it may be the one that completes the run)."""
-        self.open_existing(shard, model).finish(completed)
-
-    def open_existing(self, shard: Shard, model: Mapping[str, Any] | None = None) -> Session:
-        session = Session(self, shard, model)
-        try:
-            session.save()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        Session(self, shard, model).finish(completed)
 
 
 def schema_markdown(schema: pa.Schema, notes: Mapping[str, str] | None = None) -> str:

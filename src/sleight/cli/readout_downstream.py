@@ -1,18 +1,17 @@
 """``sleight readout forecast`` and ``sleight readout ptrue``: does a score rank its target?
 
-Both commands load items (validated before the model loads), run the model steps of their pipeline,
-and write into ``--out``: ``readings.parquet`` (one row per item and scored position / readout),
-``summary.json`` (every number of the report, with the run's model record), ``report.md``,
+Both commands load items (validated before the model loads), run the model steps of their pipeline
+into the run directory ``--out`` (:mod:`sleight.readout.downstream_run`: resumable after a kill, a
+changed config refused), and write ``readings.parquet`` (one row per item and scored position /
+readout), ``summary.json`` (every number of the report, with the run's model record), ``report.md``,
 ``report.html`` and PNG plots.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,6 +35,8 @@ def _common(p: argparse.ArgumentParser, fixture: str, out: str) -> None:
     p.add_argument("--continuation-tokens", type=int, default=16, help="greedy tokens decoded at each scored position, as in the audit (default: 16)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--rescore", action="store_true", help="no model: re-score the readings already in --out (e.g. with another --B or --seed) and rewrite the reports")
+    p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a killed run resumes, and a different config is refused)")
+    p.add_argument("--chunk", type=int, default=8, metavar="N", help="items per committed part: a killed run redoes at most one part (default: 8)")
     add_model_args(p, batch_size=64)
 
 
@@ -82,18 +83,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--B must be a positive number of replicates, got {args.B}")
     if args.continuation_tokens < 1:
         raise UserError(f"--continuation-tokens must be at least 1, got {args.continuation_tokens}")
-    for name in ("note_words", "note_tokens", "max_new_tokens"):
+    for name in ("note_words", "note_tokens", "max_new_tokens", "chunk"):
         if getattr(args, name, 1) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-
-
-def _out_dir(path: str) -> Path:
-    out = check_writable(path, "--out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create --out folder {out}: {exc.strerror}") from None
-    return out
 
 
 class _Progress:
@@ -124,56 +116,47 @@ class _Progress:
             self.bar = None
 
 
-def write_readings(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """Rows as Parquet; every row gets every column (missing ones null), types inferred by Arrow."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _config(kind: str, args: argparse.Namespace, items_path: str, items: Sequence[Any]) -> dict[str, Any]:
+    """What decides the readings (a resume with another value is refused); B and seed only score."""
+    from sleight import rundir
 
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    table = pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows])
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
-    return path
-
-
-def read_readings(path: Path) -> list[dict[str, Any]]:
-    """The rows back from Parquet as plain Python values (nulls stay None)."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path).to_pylist()
-
-
-def _manifest(kind: str, args: argparse.Namespace, items_path: str, n_items: int, model: Any) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "command": _command(kind, args, items_path),
-        "items": items_path,
-        "n_items": n_items,
-        "model": model.info.as_dict(),
+    cfg: dict[str, Any] = {
+        "model": args.model,
+        "engine": args.engine,
+        "dtype": args.dtype,
+        "items": {"path": items_path, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])},
+        "limit": args.limit,
+        "continuation_tokens": args.continuation_tokens,
+        "chunk": args.chunk,
     }
+    if kind == "forecast":
+        cfg.update(note_words=args.note_words, note_tokens=args.note_tokens)
+    else:
+        cfg.update({k: v for k, v in vars(args).items() if k in ("answers", "max_new_tokens", "instruct", "raw_prompt")})
+    return cfg
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def _meta(manifest: Mapping[str, Any], seconds: float | None) -> dict[str, Any]:
+    """The run's description in summary.json and the report."""
+    keep = {k: manifest.get(k) for k in ("kind", "command", "items", "n_items", "model")}
+    return {**keep, "seconds": seconds}
 
 
 def _score_and_report(
     out: Path,
-    manifest: Mapping[str, Any],
+    meta: Mapping[str, Any],
     rows: list[dict[str, Any]],
     args: argparse.Namespace,
     summarise: Callable[..., dict[str, Any]],
     build_report: Callable[..., Any],
 ) -> dict[str, Any]:
     """summary.json and the reports from the rows (the bootstrap runs here, no model needed)."""
+    from sleight import rundir
     from sleight.readout.downstream_report import write_report
 
-    meta = {**manifest, "B": args.B, "seed": args.seed}
+    meta = {**meta, "B": args.B, "seed": args.seed}
     summary = {**meta, **summarise(rows, B=args.B, seed=args.seed)}
-    _write_json(out / "summary.json", summary)
+    rundir.write_json(out / "summary.json", summary)
     write_report(build_report(summary, rows, meta, out), out)
     return summary
 
@@ -183,58 +166,65 @@ def _run(
     args: argparse.Namespace,
     load_items: Callable[[str, int | None], list[Any]],
     fixture: str,
-    work: Callable[[Any, list[Any], _Progress], list[dict[str, Any]]],
+    pipeline: Callable[[_Progress, list[Any]], Any],
     summarise: Callable[..., dict[str, Any]],
     build_report: Callable[..., Any],
     tokens_total: Callable[[list[Any]], int],
 ) -> dict[str, Any]:
-    """Items -> model work -> readings.parquet -> summary and reports; or, with ``--rescore``, the
-    last two steps from the folder's own readings and manifest (a new B or seed, a crashed report)."""
+    """Items -> model work, resumable, into --out -> summary and reports; or, with ``--rescore``,
+    the last step from the folder's own readings and manifest (a new B or seed, a crashed report)."""
+    from sleight.readout import downstream_run as dr
+
     _check_args(args)
     out = Path(args.out)
     if args.rescore:
-        if not (out / "readings.parquet").is_file() or not (out / "manifest.json").is_file():
-            raise UserError(f"--rescore needs {out}/readings.parquet and {out}/manifest.json from an earlier run of this command")
-        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-        if manifest.get("kind") != kind:
-            raise UserError(f"{out} holds a '{manifest.get('kind')}' run, not '{kind}'")
-        return _score_and_report(out, manifest, read_readings(out / "readings.parquet"), args, summarise, build_report)
+        rows, manifest = dr.read_readings(out, kind)
+        return _score_and_report(out, _meta(manifest, manifest.get("seconds", dr.work_seconds(manifest))), rows, args, summarise, build_report)
     items_path = args.items or _fixture(fixture)
     items = load_items(items_path, args.limit)
-    out = _out_dir(args.out)
-    started = time.time()
-    model = model_from_args(args)
-    manifest = _manifest(kind, args, items_path, len(items), model)
-    _write_json(out / "manifest.json", manifest)
+    check_writable(out, "--out")
     prog = _Progress(not args.no_progress, tokens_total(items), "tok")
+    extra = {"command": _command(kind, args, items_path), "items": items_path, "n_items": len(items)}
     try:
-        rows = work(model, items, prog)
+        result = dr.run_pipeline(
+            pipeline(prog, items), items, out, _config(kind, args, items_path, items),
+            load_model=lambda: model_from_args(args), extra=extra, chunk=args.chunk, overwrite=args.overwrite, status=prog.status,
+        )
     finally:
         prog.close()
-    manifest["seconds"] = time.time() - started
-    _write_json(out / "manifest.json", manifest)
-    write_readings(rows, out / "readings.parquet")
     prog.status("scoring (bootstrap) and writing the report")
-    return _score_and_report(out, manifest, rows, args, summarise, build_report)
+    return _score_and_report(out, _meta(result.manifest, dr.work_seconds(result.manifest)), result.rows, args, summarise, build_report)
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
     from sleight.readout import forecast_pipeline as fp
     from sleight.readout.downstream_report import forecast_report
 
-    def work(model: Any, items: list[Any], prog: _Progress) -> list[dict[str, Any]]:
-        return fp.run_forecast(
-            model,
-            items,
-            max_words=args.note_words,
-            note_max_new_tokens=args.note_tokens,
-            continuation_tokens=args.continuation_tokens,
-            status=prog.status,
-            progress=prog.tokens,
+    from sleight.readout.downstream_run import FORECAST_SCHEMA, Pipeline
+    from sleight.readout.downstream_scoring import cluster_codes
+
+    def pipeline(prog: _Progress, all_items: list[Any]) -> Pipeline:
+        clusters = cluster_codes([it.passage for it in all_items])  # over the whole run, not per part
+
+        def work(model: Any, items: list[Any], indices: list[int]) -> list[dict[str, Any]]:
+            return fp.run_forecast(
+                model,
+                items,
+                max_words=args.note_words,
+                note_max_new_tokens=args.note_tokens,
+                continuation_tokens=args.continuation_tokens,
+                status=prog.status,
+                progress=prog.tokens,
+                clusters=[int(clusters[i]) for i in indices],
+            )
+
+        return Pipeline(
+            "forecast", FORECAST_SCHEMA, work, rows_per_item=lambda _it: len(fp.POSITIONS),
+            order=lambda r, index: (index[r["item_id"]], fp.POSITIONS.index(r["position"])), group=lambda it: it.passage,
         )
 
     s = _run(
-        "forecast", args, fp.load_race_items, "race_items.jsonl", work, fp.summarise, forecast_report,
+        "forecast", args, fp.load_race_items, "race_items.jsonl", pipeline, fp.summarise, forecast_report,
         lambda items: len({it.passage for it in items}) * args.note_tokens,
     )
     rd, pos, g = s["reader"], s["positions"], s["gain"]
@@ -253,6 +243,22 @@ def cmd_ptrue(args: argparse.Namespace) -> int:
 
     settings = pp.parse_settings(args.answers)
 
+    from sleight.readout.downstream_run import PTRUE_SCHEMA, Pipeline
+    from sleight.readout.ptrue import READOUTS
+
+    def pipeline(prog: _Progress, all_items: list[Any]) -> Pipeline:
+        sources = ("own", "gold", "wrong")
+
+        def rows_per_item(it: Any) -> int:
+            pairs = ("own" in settings) + (len(pp.constructed_pairs([it])) if "constructed" in settings else 0)
+            return pairs * len(READOUTS)
+
+        def order(r: Mapping[str, Any], index: Mapping[str, int]) -> tuple:
+            readouts = [x if isinstance(x, str) else x.name for x in READOUTS]
+            return (pp.SETTINGS.index(r["setting"]), index[r["item_id"]], sources.index(r["answer_source"]), readouts.index(r["readout"]))
+
+        return Pipeline("ptrue", PTRUE_SCHEMA, lambda model, items, _idx: work(model, items, prog), rows_per_item, order)
+
     def work(model: Any, items: list[Any], prog: _Progress) -> list[dict[str, Any]]:
         return pp.run_ptrue(
             model,
@@ -265,7 +271,7 @@ def cmd_ptrue(args: argparse.Namespace) -> int:
         )
 
     s = _run(
-        "ptrue", args, load_qa_items, "qa_items.jsonl", work, pp.summarise, ptrue_report,
+        "ptrue", args, load_qa_items, "qa_items.jsonl", pipeline, pp.summarise, ptrue_report,
         lambda items: len(items) * args.max_new_tokens if "own" in settings else 0,
     )
     for setting, st in s["settings"].items():

@@ -6,7 +6,6 @@ Rendering only: every number comes from :mod:`.checks`; nothing is recomputed he
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -191,30 +190,13 @@ def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: dict[s
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    from sleight.rundir import write_text
+
+    write_text(path, text)
 
 
 def dumps(obj: Any) -> str:
     """JSON for summary/manifest files (NaN written as null)."""
-    return json.dumps(_clean(obj), indent=2, ensure_ascii=False)
+    from sleight.rundir import dumps as _dumps
 
-
-def _clean(obj: Any) -> Any:
-    import math
-
-    if isinstance(obj, float):
-        return None if math.isnan(obj) or math.isinf(obj) else obj
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        try:
-            return _clean(obj.item())
-        except (TypeError, ValueError):
-            pass
-    if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
-    return obj
+    return _dumps(obj, indent=2)
