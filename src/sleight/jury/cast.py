@@ -114,11 +114,9 @@ class FormatMemo:
 def ask_schema(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: int, memo: FormatMemo) -> Cast:
     """One vote by the schema path, falling back to the text path when every format is refused."""
     spent = 0.0
-    tries = 0
     for kind in memo.kinds():
         rf = response_format(kind, ballot)
         first = client.chat(messages, max_tokens=max_tokens, response_format=rf, logprobs=True)
-        tries += 1
         spent += first.latency_s
         if format_refused(first.status, first.error):
             memo.refuse(kind, first)
@@ -129,7 +127,7 @@ def ask_schema(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: i
         cast = text_cast(ballot, first, second, path=f"schema:{kind}")
         cast.latency_s += spent - first.latency_s
         return cast
-    cast = ask_text(client, messages, ballot, max_tokens=max_tokens, path=SCHEMA_REFUSED if tries else TEXT)
+    cast = ask_text(client, messages, ballot, max_tokens=max_tokens, path=SCHEMA_REFUSED)  # refused now or earlier
     cast.latency_s += spent
     return cast
 

@@ -40,11 +40,19 @@ def jury_preamble(runs: Sequence[RunData]) -> str:
         else:
             parts.append(f"{r.model}: {r.jury_label} ({who}); majority = two agreeing non-abstaining votes")
         parts[-1] += f"; judge prompt '{variant}'"
+        slot = tables.abstention_table([r])
+        slot = slot[slot["Slots"] > 0]
+        if len(slot):
+            parts[-1] += "; label-slot votes, median slot mass " + ", ".join(
+                f"{tables.fmt(m, 'Median slot mass')}" + (f" ({tables._short(j)})" if len(r.jury) > 1 else "")
+                for j, m in zip(slot["Juror"], slot["Median slot mass"])
+            )
     return "Judges — " + " | ".join(parts) + "."
 
 
 def sections(runs: Sequence[RunData]) -> list[Section]:
     t1 = tables.table1(runs)
+    abst = tables.abstention_table(runs)
     return [
         Section(
             "leaderboard",
@@ -85,11 +93,16 @@ def sections(runs: Sequence[RunData]) -> list[Section]:
         ),
         Section(
             "abstentions",
-            "Abstentions per juror",
-            tables.abstention_table(runs),
-            ["Model", "Juror", "Votes", "Missing", "Abstained", "Abstained %", "Retried", "Errors"],
+            "Abstentions and slot mass per juror",
+            abst,
+            tables.ABSTENTION_COLUMNS,
             "Abstained: unparsable after one retry, or the request failed (Errors; asked again on the next "
-            "'judge'). Missing: judged trials with no stored vote from that juror.",
+            "'judge'). Missing: judged trials with no stored vote from that juror. Path: how the votes were cast "
+            "(slots: P(true) vs P(false) read at each label's value in a prefilled JSON; schema: a server's JSON-schema "
+            "response_format; text: a free reply, parsed). Median slot mass: the median, over the juror's label slots, "
+            "of the next-token mass the two options hold there (the readout audit applied to the jury); Below floor: "
+            f"slots under {tables.SLOT_MASS_FLOOR}.",
+            warning=" ".join(tables.jury_warnings(abst)),
         ),
         Section(
             "lexical",

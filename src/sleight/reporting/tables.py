@@ -211,7 +211,9 @@ def agreement_table(runs: Sequence[RunData]) -> pd.DataFrame:
 
 
 def abstention_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    """Per model and juror: votes asked, abstentions (unparsable after the retry or transport error)."""
+    """Per model and juror: votes asked, abstentions (unparsable after the retry or transport error),
+    how the votes were cast, and for label-slot votes the jury's own readout: the median over its
+    slots of the two options' next-token mass, and how many slots hold less than the floor."""
     rows = []
     for run in runs:
         v = run.votes
@@ -219,6 +221,7 @@ def abstention_table(runs: Sequence[RunData]) -> pd.DataFrame:
         for juror in run.jury:
             mine = v[v["juror"] == juror]
             ab = int(mine["abstained"].astype(bool).sum())
+            masses = _slot_masses(mine)
             rows.append(
                 {
                     "Model": run.model,
@@ -229,9 +232,50 @@ def abstention_table(runs: Sequence[RunData]) -> pd.DataFrame:
                     "Abstained %": pct(ab, len(mine)),
                     "Retried": int((mine["attempts"] == 2).sum()),
                     "Errors": int(mine["error"].notna().sum()),
+                    "Path": _paths(mine),
+                    "Slots": len(masses),
+                    "Median slot mass": float(np.median(masses)) if len(masses) else float("nan"),
+                    "Below floor": int((masses < SLOT_MASS_FLOOR).sum()) if len(masses) else 0,
                 }
             )
-    return pd.DataFrame(rows, columns=["Model", "Juror", "Votes", "Missing", "Abstained", "Abstained %", "Retried", "Errors"])
+    return pd.DataFrame(rows, columns=ABSTENTION_COLUMNS)
+
+
+SLOT_MASS_FLOOR = 0.5
+ABSTENTION_COLUMNS = [
+    "Model", "Juror", "Votes", "Missing", "Abstained", "Abstained %", "Retried", "Errors",
+    "Path", "Slots", "Median slot mass", "Below floor",
+]  # fmt: skip
+
+
+def _slot_masses(votes: pd.DataFrame) -> np.ndarray:
+    cols = [f"{label}_mass" for label in LABELS if f"{label}_mass" in votes.columns]
+    if not cols or not len(votes):
+        return np.zeros(0)
+    vals = pd.to_numeric(votes[cols].stack(), errors="coerce").dropna()
+    return vals.to_numpy(dtype=float)
+
+
+def _paths(votes: pd.DataFrame) -> str:
+    """How the votes were cast: ``slots``, or counts per path when they differ."""
+    if "vote_path" not in votes.columns or not len(votes):
+        return "—"
+    counts = votes["vote_path"].fillna("text").value_counts()
+    return str(counts.index[0]) if len(counts) == 1 else ", ".join(f"{k} {int(n)}" for k, n in counts.items())
+
+
+def jury_warnings(abstentions: pd.DataFrame) -> list[str]:
+    """One warning per juror whose label slots hold less than the floor (median slot mass)."""
+    out = []
+    for r in abstentions.to_dict("records"):
+        m = r.get("Median slot mass")
+        if isinstance(m, float) and not math.isnan(m) and m < SLOT_MASS_FLOOR:
+            out.append(
+                f"Warning: juror {_short(str(r['Juror']))} (judging {r['Model']}) has a median slot mass of {m:.3f}, below "
+                f"{SLOT_MASS_FLOOR} ({r['Below floor']} of {r['Slots']} slots): at its label slots it was about to write "
+                "something other than true/false, so its votes are a reading of a position it would not have answered."
+            )
+    return out
 
 
 def lexical_flags(trials: pd.DataFrame) -> pd.DataFrame:
