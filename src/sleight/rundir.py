@@ -724,6 +724,34 @@ class RunDir:
         Session(self, shard, model).finish(completed)
 
 
+def kind_of(path: Path | str) -> str | None:
+    """The kind of run in ``path`` (None when it holds no readable manifest)."""
+    mpath = Path(path) / MANIFEST
+    try:
+        m = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return _legacy_kind(m) if isinstance(m, dict) else None
+
+
+def find_runs(paths: Iterable[Path | str], kind: str) -> list[Path]:
+    """Run directories of ``kind`` named by ``paths``: a run directory stands for itself, a folder
+    of them (a sweep's ``OUT``) for the runs directly inside it, in name order; repeats dropped."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise UserError(f"run directory {p} does not exist")
+        if (p / MANIFEST).is_file():
+            found = [p]
+        else:
+            found = sorted(d for d in p.iterdir() if d.is_dir() and kind_of(d) == kind) if p.is_dir() else []
+            if not found:
+                raise UserError(f"{p} is neither a {kind} run directory nor a folder of them (no {MANIFEST} in it or in its subfolders)")
+        out += [d for d in found if d not in out]
+    return out
+
+
 def schema_markdown(schema: pa.Schema, notes: Mapping[str, str] | None = None) -> str:
     """A Markdown table of a Parquet schema: column, Arrow type, and a note (for docs/rundir.md and
     the docs site; generated from the ``pa.schema`` objects, so the docs cannot drift)."""

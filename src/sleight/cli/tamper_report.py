@@ -20,7 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Resumable: stored votes are skipped."
         ),
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory written by 'sleight tamper run'")
+    p.add_argument(
+        "--run", required=True, type=Path, nargs="+", metavar="RUN_DIR",
+        help="run directories written by 'sleight tamper run', or a folder of them (the --out of 'sleight tamper sweep')",
+    )
     p.add_argument(
         "--jury",
         required=True,
@@ -50,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="leaderboard tables (md/csv/tex), plots and the HTML site for one or more runs",
         description="One row per model (one run per model). Writes leaderboard.md/.csv/.tex, the other tables as CSV, PNG plots, index.html and a viewer per model.",
     )
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (judged or not)")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (judged or not), or a folder of them (a sweep's --out)")
     p.add_argument("--out", type=Path, default=Path("reports/tamper"), help="report directory (default: reports/tamper)")
     p.add_argument("--no-site", action="store_true", help="skip index.html and the viewers")
     p.set_defaults(func=cmd_report)
@@ -69,8 +72,11 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 16:
         raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON verdict (use >= 16)")
-    if args.run.is_dir():  # the votes are written into the run (a missing run is judge_run's error)
-        check_writable(args.run, "--run")
+    from sleight.rundir import find_runs
+
+    run_dirs = find_runs(args.run, "tamper")  # a sweep folder stands for its runs
+    for run in run_dirs:  # the votes are written into the runs
+        check_writable(run, "--run")
     device = None if args.device == "auto" else args.device
 
     def loader(spec: str):
@@ -81,7 +87,6 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
         return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
 
-    run_dirs = list(getattr(args, "runs", None) or [args.run])
     summary = judge_runs(
         run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader
     )
@@ -94,15 +99,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from sleight.cli.common import check_writable
-    from sleight.errors import UserError
+    from sleight.rundir import find_runs
 
     check_writable(args.out, "--out")
-    for run in args.runs:  # before the heavy imports: a mistyped run answers at once
-        if not run.is_dir():
-            raise UserError(f"run directory {run} does not exist")
+    runs = find_runs(args.runs, "tamper")  # before the heavy imports: a mistyped run answers at once
     from sleight.reporting.report import write_report
 
-    paths = write_report(args.runs, args.out, site=not args.no_site)
+    paths = write_report(runs, args.out, site=not args.no_site)
     print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
     print("plots:   " + ", ".join(str(p) for p in paths.plots))
     if paths.index:

@@ -7,7 +7,6 @@ older or foreign runs still tabulate.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,10 @@ ENTITY = "Mandela effect"  # the entity condition, first line of the shipped sub
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a tamper run directory (no manifest.json); make one with 'sleight tamper run'")
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path} is not valid JSON ({exc})") from None
+    """The run's manifest (:func:`sleight.tamper.store.load_manifest`)."""
+    from sleight.tamper.store import load_manifest as _load
+
+    return _load(run_dir)
 
 
 def model_name(manifest: dict[str, Any], run_dir: Path) -> str:
