@@ -118,3 +118,16 @@ def test_two_phase_equals_lockstep_on_longer_replies(model, questions):
         for a, b in zip(lock, tp):
             assert_same_reply(a.reply, b.reply)
             assert b.disagreements == 0
+
+
+def test_gpu_check_runs_in_its_cpu_smoke_mode(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--device", "cpu", "--questions", "1", "--substitutes", "2", "--budget", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "hf two-phase     2/2 trials" in out and "argmax disagreements 0" in out
