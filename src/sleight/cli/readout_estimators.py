@@ -1,0 +1,47 @@
+"""``sleight readout estimators``: P(True) readouts beside lm-polygraph's token-based estimators."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sleight.cli.common import add_model_args, model_from_args
+from sleight.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "estimators",
+        help="P(True) readouts against MSP, perplexity and mean token entropy on the model's own answers",
+        description=(
+            "The model answers each question greedily; every P(True) readout and the token-based uncertainty "
+            "estimators (lm-polygraph's own classes where it is installed) score the same answers; AUROC/PRR "
+            "against correctness with paired bootstrap differences. Writes estimators.json and estimators.md."
+        ),
+    )
+    p.add_argument("--items", help="questions (JSONL: id, question, answers[, wrong] or id, question, choices, answer); default: shipped qa_items")
+    p.add_argument("--limit", type=int, help="use only the first N questions")
+    p.add_argument("--raw", action="store_true", help="lm-polygraph's non-instruct mode: raw prompts, no chat template")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="answer budget (default: 32)")
+    p.add_argument("--no-polygraph", action="store_true", help="compute the estimators here even where lm-polygraph is installed")
+    p.add_argument("--bootstrap", type=int, default=20000, help="bootstrap replicates (default: 20000)")
+    p.add_argument("--out", default="runs/readout-estimators", help="output directory (default: runs/readout-estimators)")
+    add_model_args(p)
+    p.set_defaults(func=cmd_estimators)
+
+
+def cmd_estimators(args: argparse.Namespace) -> int:
+    from sleight.readout.ptrue_answers import DEFAULT_ITEMS, load_qa_items
+
+    if args.max_new_tokens < 1 or args.bootstrap < 1:
+        raise UserError("--max-new-tokens and --bootstrap must be at least 1")
+    items = load_qa_items(args.items or DEFAULT_ITEMS, limit=args.limit)
+    model = model_from_args(args)
+    from sleight.readout.ptrue_estimators import run_estimators, write_result
+
+    result = run_estimators(model, items, instruct=not args.raw, max_new_tokens=args.max_new_tokens, use_polygraph=not args.no_polygraph, B=args.bootstrap)
+    files = write_result(Path(args.out), result, model.info.as_dict())
+    print(f"readout estimators -> {args.out} (estimators by {result['engine']})")
+    for key, path in files.items():
+        print(f"  {key:<5} {path}")
+    return 0
