@@ -251,7 +251,8 @@ class HFModel(HFTokenizerOps):
         tails = [(i, full[b][shared : len(full[b]) - 1], full[b][shared + 1 :]) for b, i in enumerate(live) if len(full[b]) > shared + 1]
         if tails:
             width = max(len(t[1]) for t in tails)
-            rows = max(1, min(self.batch_size, _SCORE_BYTES // max(1, 16 * width * self._vocab)))
+            room = _SCORE_BYTES * (4 if self.device.startswith("cuda") else 1)
+            rows = max(1, min(self.batch_size, room // max(1, 16 * width * self._vocab)))
             for start in range(0, len(tails), rows):
                 chunk = tails[start : start + rows]
                 tid, tmask, _ = self._padded([t[1] for t in chunk], "right")
