@@ -105,7 +105,7 @@ TAMPER_RUN = [
 ]
 
 TAMPER_OTHER = [
-    Fault("judge-run-missing", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "no-such-model"), "not a tamper run directory"),
+    Fault("judge-run-missing", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "no-such-model"), "{tmp}/none"),
     Fault("judge-budget-too-small", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "x", "--max-tokens", "8"), "--max-tokens 8 is too small"),
     Fault("report-run-missing", ("tamper", "report", "{tmp}/none", "--out", "{tmp}/r"), "run directory {tmp}/none does not exist", absent=("r",)),
     Fault("report-not-a-run", ("tamper", "report", "{tmp}/e", "--out", "{tmp}/r"), "manifest.json", files={"e/x.txt": ""}),
