@@ -41,6 +41,10 @@ class Crashing:
         self._tick()
         return self._m.continuation_logprobs(*args, **kwargs)
 
+    def read_next(self, *args, **kwargs):
+        self._tick()
+        return self._m.read_next(*args, **kwargs)
+
     def greedy(self, *args, **kwargs):
         self._tick()
         return self._m.greedy(*args, **kwargs)
@@ -51,7 +55,9 @@ def audit_dir(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
     items = preset_items("forecast", limit=2)
     config = AuditConfig(source="test", preset="forecast", stem=FORECAST_STEM, variants=VARIANTS, chunk_items=1, max_new_tokens=8)
-    per_item = len(VARIANTS) + 1  # one option pass per context, one greedy decode per item
+    # Per item: one reading of its scored positions, one pass per context scoring the second digit
+    # of the grid's two-digit options, one greedy decode.
+    per_item = 1 + len(VARIANTS) + 1
     crashing = Crashing(model, crash_at=per_item + 1)  # dies on the second item's first pass
     with pytest.raises(KeyboardInterrupt):
         run_audit(crashing, items, out, config, show_progress=False)
@@ -115,18 +121,33 @@ def test_report_and_compare_commands(audit_dir, capsys):
 def test_a_different_audit_is_refused(model, audit_dir):
     out, _ = audit_dir
     items = preset_items("forecast", limit=1)
-    with pytest.raises(UserError, match="holds a different audit"):
+    with pytest.raises(UserError, match="different config"):
         run_audit(model, items, out, AuditConfig(variants=("original",)), show_progress=False)
 
 
-def test_ptrue_preset_writes_the_five_readouts(model, tmp_path):
-    items = preset_items("ptrue", limit=1)[:1]
+def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
+    """``readout audit --preset ptrue`` and ``readout ptrue`` are one thing: the same rows."""
+    from sleight.readout.ptrue import READOUT_NAMES
+    from sleight.readout.ptrue_answers import load_qa_items
+    from sleight.readout.ptrue_pipeline import run_ptrue
+
+    items = preset_items("ptrue", limit=1)
     result = run_audit(model, items, tmp_path, AuditConfig(preset="ptrue", variants=("original",), max_new_tokens=4), show_progress=False)
-    df = pd.read_parquet(tmp_path / "ptrue.parquet")
-    assert list(df["item_id"]) == [i.id for i in items]
-    for name in ("library_logprob", "library", "renormalised", "labels_in_place", "moved", "deleted"):
-        assert name in df and name in result.summary["ptrue"]
-    assert "P(True) readouts" in (tmp_path / "report.md").read_text()
+    rows = pq.read_table(tmp_path / "ptrue.parquet").to_pylist()
+    assert [r["readout"] for r in rows] == list(READOUT_NAMES) * 2
+    from sleight.cli.readout_downstream import _fixture
+
+    qa = load_qa_items(_fixture("qa_items.jsonl"), limit=1)
+    want = run_ptrue(model, qa, settings=("constructed",), continuation_tokens=4)
+    assert len(rows) == len(want)
+    for got, exp in zip(rows, want):
+        assert set(exp) <= set(got)  # ptrue.parquet has the schema of readout ptrue's readings
+        for key, value in exp.items():
+            assert got[key] == (pytest.approx(value, abs=1e-9) if isinstance(value, float) else value), key
+    section = result.summary["ptrue"]
+    assert section["instruct"] is True and set(section["readouts"]) == set(READOUT_NAMES)
+    md = (tmp_path / "report.md").read_text()
+    assert "P(True) readouts" in md and "Labels in place" in md and "stem None" not in md
 
 
 def test_cli_audit_end_to_end(tmp_path, capsys):

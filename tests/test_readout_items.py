@@ -24,7 +24,7 @@ from sleight.readout.presets import (
     preset_items,
     split_sentences,
 )
-from sleight.readout.ptrue import PTRUE_TEMPLATE, library_log_softmax, ptrue_deleted_prompt, ptrue_prompt
+from sleight.readout.ptrue import PTRUE_TEMPLATE, polygraph_logprob, ptrue_deleted_prompt, ptrue_prompt
 from sleight.readout.sources import load_source, mmlu_records, race_records, triviaqa_records
 from sleight.readout.variants import FENCE_BEGIN, FENCE_END, SUBSTITUTES, VARIANTS, Skipped, make_variant, parse_variants
 
@@ -167,14 +167,19 @@ def test_grade_preset():
     assert items[0].messages[0]["content"].endswith("- Consistency:")
 
 
-def test_library_sanitiser_convention():
-    logits = np.array([[1.0, 5.0, -3.0, 2.0], [0.0, -np.inf, 1.0, np.nan]])
-    got = library_log_softmax(logits, eos_ids=[1])
-    # EOS (id 1) -> -inf -> row's smallest finite logit (-3 in row 0, 0 in row 1); NaN -> 0.
-    want0 = np.array([1.0, -3.0, -3.0, 2.0])
-    want1 = np.array([0.0, 0.0, 1.0, 0.0])
-    for g, w in zip(got, (want0, want1)):
-        np.testing.assert_allclose(g, w - np.log(np.exp(w).sum()), atol=1e-12)
+def test_library_convention_from_log_probs():
+    """lm-polygraph 0.7.0 on raw logits: EOS -> -inf (min_new_tokens=1) -> the row's smallest finite
+    logit (``_SanitizeLogitsProcessor``) -> log-softmax. The same number from log-probabilities."""
+    x = np.array([1.0, 5.0, -30.0, 2.0, 0.5])
+    eos = [1, 4]
+    s = x.copy()
+    s[eos] = -np.inf
+    s[eos] = s[np.isfinite(s)].min()
+    want = s - np.log(np.exp(s).sum())
+    lp = x - np.log(np.exp(x).sum())
+    # Only the sanitiser's |EOS| * p_min term (exp(-30) here) is left out.
+    assert polygraph_logprob(lp[0], lp[eos]) == pytest.approx(want[0], abs=1e-12)
+    assert polygraph_logprob(lp[0], []) == pytest.approx(lp[0])
 
 
 # -- variants ---------------------------------------------------------------------------------------
@@ -268,9 +273,9 @@ def test_lm_eval_task_yaml_with_local_data(tmp_path):
     items = load_lm_eval_task(yml)
     assert items[0].messages[0]["content"] == "Question: 2+2?\nAnswer:"
     assert items[0].options == (" 3", " 4") and items[0].meta["gold"] == 1
-    assert not items[0].chat_template and not items[0].move_trailing_whitespace
+    assert not items[0].chat_template and items[0].move_trailing_whitespace  # _encode_pair, both modes
     chat = load_lm_eval_task(yml, chat=True)
-    assert chat[0].chat_template and chat[0].move_trailing_whitespace
+    assert chat[0].chat_template and chat[0].options == ("3", "4")  # --apply_chat_template drops the delimiter
     assert [i.id for i in load_items(yml)] == ["toy-0", "toy-1"]
     bad = write(tmp_path, "bad.yaml", "task: t\ndataset_path: json\ndoc_to_text: !function utils.f\ndoc_to_choice: opts\n")
     with pytest.raises(UserError, match="!function"):

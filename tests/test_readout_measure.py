@@ -68,8 +68,10 @@ def test_shared_first_tokens_are_counted_once_and_flagged(model, rows):
     a, b = (encode_continuation(model, r["context"], o)[1] for o in r["options"])
     assert r["option_mass_divergent"] == pytest.approx(float(np.exp(after[a]) + np.exp(after[b])), abs=1e-6)
     # Full-sequence log-probs, independently scored, and the renormalised score (first option's p).
+    # The first token is read in the batched scored-position pass, the rest after it: float32
+    # rounding against this lone pass is ~1e-5.
     want = [float(np.sum(x)) for x in model.continuation_logprobs(model.encode(r["context"]), [encode_continuation(model, r["context"], o) for o in r["options"]])]
-    assert r["option_logprobs"] == pytest.approx(want, abs=1e-5)
+    assert r["option_logprobs"] == pytest.approx(want, abs=5e-5)
     assert r["score"] == pytest.approx(1 / (1 + np.exp(want[1] - want[0])), abs=1e-5)
     assert rows[("tf", "original")]["first_tokens_distinct"] is True
 

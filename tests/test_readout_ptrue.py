@@ -73,7 +73,7 @@ def test_renormalised_labels_moved_deleted_against_independent_passes(model, rea
     for k, (q, a) in enumerate(zip(QS, AS)):
         ctx = model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}])
         lp = model.next_token_logprobs([ctx.ids])[0].astype(np.float64)
-        assert readouts["renormalised"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-6)
+        assert readouts["renormalised"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-5)  # batched vs lone pass
 
         enc = [encode_continuation(model, ctx.text, lab) for lab in ("(A", "(B")]
         la, lb = (float(np.sum(x)) for x in model.continuation_logprobs(ctx.ids, enc))
@@ -88,6 +88,6 @@ def test_renormalised_labels_moved_deleted_against_independent_passes(model, rea
         gone = model.render_chat([{"role": "user", "content": ptrue_deleted_prompt(q, a)}])
         assert "(A) True" not in gone.text
         lp = model.next_token_logprobs([gone.ids])[0].astype(np.float64)
-        assert readouts["deleted"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-6)
+        assert readouts["deleted"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-5)
     for name in ("renormalised", "labels_in_place", "moved", "deleted"):
         assert np.all((readouts[name] > 0) & (readouts[name] < 1)), name

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--data", help="preset records: a .jsonl/.csv file, or hf:race | hf:mmlu[:subject] | hf:triviaqa (cached; default: shipped fixtures)")
     src.add_argument("--note", default="mixed", choices=["mixed", "constructed", "unrelated", "both"], help="forecast preset: which notes (default: mixed = alternate constructed/unrelated)")
     src.add_argument("--limit", type=int, help="use only the first N records/items")
-    src.add_argument("--lm-eval-chat", action="store_true", help="lm-eval task: emulate --apply_chat_template (trailing whitespace moved into the options)")
+    src.add_argument("--lm-eval-chat", action="store_true", help="lm-eval task: reproduce --apply_chat_template (no target_delimiter; the template's trailing newline moves into the options)")
+    src.add_argument("--no-instruct", dest="instruct", action="store_false", help="ptrue preset: the raw prompt string, no chat template (lm-polygraph's instruct=False)")
     p.add_argument("--options", help='run-level options: "10,30,50,70,90" or a JSON list (items may carry their own)')
     p.add_argument("--stem", help="answer stem prefilled in the assistant turn for the 'stem' variant (preset default for forecast)")
     p.add_argument("--variants", default="all", help="comma-separated variants (default: all)")
@@ -67,6 +68,10 @@ def _items_from_args(args: argparse.Namespace):
 
     if bool(args.items) == bool(args.preset):
         raise UserError("give exactly one of --items FILE or --preset NAME")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if not args.instruct and args.preset != "ptrue":
+        raise UserError("--no-instruct applies to --preset ptrue only")
     if args.max_new_tokens < 1:
         raise UserError("--max-new-tokens must be at least 1")
     if not 0 < args.floor <= 1:
@@ -77,7 +82,7 @@ def _items_from_args(args: argparse.Namespace):
         from sleight.readout.sources import load_source
 
         records = load_source(args.data, limit=args.limit) if args.data else None
-        items = preset_items(args.preset, records, note=args.note, limit=args.limit if records is None else None)
+        items = preset_items(args.preset, records, note=args.note, limit=args.limit if records is None else None, instruct=args.instruct)
         defaults = preset_defaults(args.preset)
         if run_options is not None:
             from dataclasses import replace
@@ -94,7 +99,7 @@ def _items_from_args(args: argparse.Namespace):
             items = load_lm_eval_task(path, chat=True if args.lm_eval_chat else None, limit=args.limit)
         else:
             items = load_items(path)
-            if args.limit:
+            if args.limit is not None:
                 items = items[: args.limit]
         source = str(path)
         name = path.stem

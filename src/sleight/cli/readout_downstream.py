@@ -75,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="own: the model's greedy answers (lm-polygraph's setting); constructed: gold vs wrong answer per question; both (default)",
     )
     p.add_argument("--max-new-tokens", type=int, default=32, help="greedy budget for the model's answers (default: 32)")
+    p.add_argument("--no-instruct", dest="instruct", action="store_false", help="lm-polygraph's instruct=False: answer and score the raw prompt strings, no chat template")
     p.set_defaults(func=cmd_ptrue)
 
 
@@ -139,6 +140,8 @@ def _config(kind: str, args: argparse.Namespace, items_path: str, items: Sequenc
 def _meta(manifest: Mapping[str, Any], seconds: float | None) -> dict[str, Any]:
     """The run's description in summary.json and the report."""
     keep = {k: manifest.get(k) for k in ("kind", "command", "items", "n_items", "model")}
+    if manifest.get("kind") == "ptrue":  # the rendering of the prompt (lm-polygraph's instruct flag)
+        keep["instruct"] = (manifest.get("config") or {}).get("instruct", True)
     return {**keep, "seconds": seconds}
 
 
@@ -264,6 +267,7 @@ def cmd_ptrue(args: argparse.Namespace) -> int:
             model,
             items,
             settings=settings,
+            instruct=args.instruct,
             max_new_tokens=args.max_new_tokens,
             continuation_tokens=args.continuation_tokens,
             status=prog.status,
@@ -292,6 +296,8 @@ def _command(kind: str, args: argparse.Namespace, items_path: str) -> str:
         parts += ["--note-words", str(args.note_words), "--note-tokens", str(args.note_tokens)]
     else:
         parts += ["--answers", args.answers, "--max-new-tokens", str(args.max_new_tokens)]
+        if not args.instruct:
+            parts.append("--no-instruct")
     if args.engine != "hf":
         parts += ["--engine", args.engine]
     return " ".join(shlex.quote(p) for p in parts)

@@ -3,8 +3,9 @@
 Public API (the CLI ``sleight readout audit|compare|report`` is a thin layer over it)::
 
     from sleight.readout import load_items, preset_items, run_audit, AuditConfig
-    from sleight.readout.ptrue import ptrue_readouts, library_logprob   # P(True) readouts
-    from sleight.readout.measure import measure, option_mass          # per-(item, variant) readings
+    from sleight.readout.ptrue import READOUTS, score_pairs            # P(True): the readout registry
+    from sleight.readout.measure import measure                        # per-(item, variant) readings
+    from sleight.position import read_positions                        # one reading of a scored position
 
 See the README (Readout audit) for the output schema and the rules behind every class and verdict.
 """
@@ -12,7 +13,7 @@ See the README (Readout audit) for the output schema and the rules behind every 
 from sleight.readout.audit import AuditConfig, AuditResult, finalise, load_readings, run_audit
 from sleight.readout.checks import Check, run_checks, summarise
 from sleight.readout.items import AuditItem, load_items, parse_options, resolve_options
-from sleight.readout.measure import SCHEMA, measure, option_mass, renormalised_score
+from sleight.readout.measure import SCHEMA, measure, renormalised_score
 from sleight.readout.presets import preset_items
 from sleight.readout.variants import SUBSTITUTES, VARIANTS
 
@@ -28,7 +29,6 @@ __all__ = [
     "load_items",
     "load_readings",
     "measure",
-    "option_mass",
     "parse_options",
     "preset_items",
     "renormalised_score",

@@ -7,27 +7,29 @@ Layout of an audit directory::
     readings.parquet  one row per (item, variant), the public schema (measure.SCHEMA)
     summary.json      per-variant numbers (checks.summarise), plus P(True) readouts for that preset
     report.md/.html   the six checks with verdicts, evidence and worked examples; the variant table
-    ptrue.parquet     (ptrue preset only) the five P(True) readouts per item
+    ptrue.parquet     (ptrue preset only) one row per (pair, P(True) readout), as ``readout ptrue`` writes them
 
-A killed run restarts where it stopped: items already in ``parts/`` are not measured again, and a
-directory holding a different audit is refused rather than mixed.
+The directory is a :mod:`sleight.rundir` run directory (kind ``audit``; ``sessions/`` holds one record
+per process). A killed run restarts where it stopped: the items of sound parts (and of a merged
+``readings.parquet``) are not measured again, a damaged part is moved aside and redone, and a
+directory holding a different audit is refused with one line naming the differing field
+(``--overwrite`` starts over). Items are cut into a fixed partition of ``chunk_items`` chunks, so a
+resumed run measures exactly the batches of an uninterrupted one.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sleight import rundir
+from sleight.backends import LanguageModel
 from sleight.errors import UserError
 from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
 from sleight.readout.checks import MASS_FLOOR, Check, run_checks, summarise
@@ -35,6 +37,7 @@ from sleight.readout.items import AuditItem
 from sleight.readout.measure import SCHEMA, measure, rows_to_table
 from sleight.readout.report import dumps, write_reports
 from sleight.readout.variants import VARIANTS
+from sleight.rundir import RunDir
 
 
 @dataclass
@@ -67,53 +70,50 @@ class AuditResult:
     files: dict[str, Path] = field(default_factory=dict)
 
 
+# The config fields that decide the readings; a resume with another value is refused.
+IDENTITY_KEYS = ("preset", "options", "stem", "variants", "max_new_tokens", "chunk_items", "items_sha256")
+PARTS = "parts"
+READINGS = "readings.parquet"
+
+
+def run_config(items: Sequence[AuditItem], config: AuditConfig) -> dict[str, Any]:
+    """The manifest's ``config``: the audit config and a hash of the exact items."""
+    return {
+        **asdict(config),
+        "options": list(config.options) if config.options else None,
+        "variants": list(config.variants),
+        "items_sha256": rundir.digest([asdict(i) for i in items]),
+    }
+
+
 def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: dict[str, Any]) -> str:
     """Hash of what determines the readings: items, options, stem, variants, budget, model."""
-    model_key = {k: model_info.get(k) for k in ("model_id", "revision", "chat_template_sha256", "engine", "dtype")}
-    payload = json.dumps(
-        {"items": [asdict(i) for i in items], "config": config.readings_key(), "model": model_key},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _done_ids(out: Path) -> set[str]:
-    done: set[str] = set()
-    for part in sorted((out / "parts").glob("part-*.parquet")):
-        done |= set(pq.read_table(part, columns=["item_id"]).column("item_id").to_pylist())
-    return done
+    return rundir.fingerprint(run_config(items, config), model_info, IDENTITY_KEYS)
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    rundir.write_table(path, table)
 
 
-def prepare_dir(out: Path, fp: str, manifest: dict[str, Any], overwrite: bool) -> None:
-    """Create the directory, or resume it if it holds the same audit; refuse a different one."""
-    mpath = out / "manifest.json"
-    if mpath.exists():
-        try:
-            old = json.loads(mpath.read_text())
-        except ValueError:
-            old = {}
-        if old.get("fingerprint") != fp:
-            if not overwrite:
-                raise UserError(f"{out} holds a different audit (other items, options, stem, variants or model): pass another --out, or --overwrite")
-            for name in ("parts", "readings.parquet", "summary.json", "report.md", "report.html", "ptrue.parquet"):
-                p = out / name
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "parts").mkdir(exist_ok=True)
-    tmp = mpath.with_suffix(".json.tmp")
-    tmp.write_text(dumps(manifest))
-    tmp.replace(mpath)
+def _done_ids(out: Path, parts: rundir.Parts, chunks: dict[str, list[AuditItem]], n_variants: int) -> set[str]:
+    """Items already measured: in a sound merged readings.parquet, or in a sound part of the plan."""
+    done: set[str] = set()
+    merged = out / READINGS
+    if merged.is_file():
+        why = rundir.verify_part(merged, schema=SCHEMA)
+        if why is None:
+            ids = pq.read_table(merged, columns=["item_id"]).column("item_id").to_pylist()
+            done |= {k for k in set(ids) if ids.count(k) == n_variants}
+        else:
+            rundir.set_aside(out, merged, why, redo="its items are measured again")
+    rows = {key: len(chunk) * n_variants for key, chunk in chunks.items()}
+    for key in parts.verified(list(rows), rows=rows.get, redo=lambda k: f"the items of {k} are measured again"):
+        done |= {i.id for i in chunks[key]}
+    return done
 
 
 def run_audit(
-    model,
+    model: LanguageModel,
     items: Sequence[AuditItem],
     out_dir: str | Path,
     config: AuditConfig,
@@ -126,88 +126,105 @@ def run_audit(
 
     out = Path(out_dir)
     config.n_items = len(items)
-    fp = fingerprint(items, config, model.info.as_dict())
-    manifest = {
-        "tool": "sleight readout audit",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "fingerprint": fp,
-        "model": model.info.as_dict(),
-        "config": {**asdict(config), "options": list(config.options) if config.options else None, "variants": list(config.variants)},
-        "item_ids": [i.id for i in items],
-    }
-    prepare_dir(out, fp, manifest, overwrite)
-    readings_path = out / "readings.parquet"
-    done = _done_ids(out)
-    if readings_path.exists():
-        done |= set(pq.read_table(readings_path, columns=["item_id"]).column("item_id").to_pylist())
-    todo = [i for i in items if i.id not in done]
-    index = {i.id: k for k, i in enumerate(items)}
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="item", desc="readout audit", disable=not show_progress)
+    cfg = run_config(items, config)
+    run = RunDir(out, "audit", identity_keys=IDENTITY_KEYS)
+    run.check(cfg, overwrite=overwrite)
+    session = run.open(cfg, model.info.as_dict(), units=len(items), extra={"item_ids": [i.id for i in items]})
+    parts = run.parts(PARTS, SCHEMA)
+    size = max(1, config.chunk_items)
+    chunks = {f"part-{k:06d}": list(items[k : k + size]) for k in range(0, len(items), size)}  # fixed: the same on resume
+    done = _done_ids(out, parts, chunks, len(config.variants))
+    todo = {key: chunk for key, chunk in chunks.items() if not all(i.id in done for i in chunk)}
+    bar = tqdm(total=len(items), initial=len(items) - sum(len(c) for c in todo.values()), unit="item", desc="readout audit", disable=not show_progress)
+    completed = False
     try:
-        for start in range(0, len(todo), max(1, config.chunk_items)):
-            chunk = todo[start : start + config.chunk_items]
+        for key, chunk in todo.items():
             rows = measure(model, chunk, config.variants, stem=config.stem, max_new_tokens=config.max_new_tokens, rows_per_pass=config.rows_per_pass)
-            _write_parquet(rows_to_table(rows), out / "parts" / f"part-{index[chunk[0].id]:06d}.parquet")
+            parts.write(key, rows_to_table(rows), tmp_dir=session.tmp_dir)
+            session.committed(len(chunk))
             bar.update(len(chunk))
+        completed = True
     finally:
         bar.close()
+        session.finish(completed)
 
     extra: dict[str, Any] = {}
     if config.preset == "ptrue":
-        extra["ptrue"] = _ptrue_section(model, items, out)
+        extra["ptrue"] = _ptrue_section(model, items, out, config)
     return finalise(out, items_order=[i.id for i in items], floor=config.floor, extra=extra)
 
 
-def _ptrue_section(model, items: Sequence[AuditItem], out: Path) -> dict[str, Any]:
-    """The five P(True) readouts per item (ptrue preset), saved and summarised."""
-    from sleight.readout.checks import downstream
-    from sleight.readout.ptrue import READOUTS, ptrue_readouts
+def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
+    """The ptrue preset's items as the (question, answer, label) pairs of ``readout ptrue``'s
+    constructed setting: ``<id>:true`` is the gold answer, ``<id>:false`` the wrong one."""
+    pairs = []
+    for i in items:
+        base, _, tag = i.id.rpartition(":")
+        pairs.append(
+            {
+                "setting": "constructed",
+                "item_id": base or i.id,
+                "question": str(i.meta.get("question_text", i.question or "")),
+                "answer": str(i.meta.get("answer", "")),
+                "answer_source": "wrong" if tag == "false" else "gold",
+                "label": i.target,
+                "matched": None,
+            }
+        )
+    return pairs
+
+
+def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, config: AuditConfig) -> dict[str, Any]:
+    """The P(True) readouts of the ptrue preset, recorded as ``readout ptrue`` records them
+    (ptrue.parquet: one row per (pair, readout)) and summarised the same way."""
+    from sleight.readout.downstream_run import PTRUE_SCHEMA
+    from sleight.readout.ptrue_pipeline import score_pair_rows, summarise as ptrue_summary
 
     path = out / "ptrue.parquet"
+    instruct = all(i.chat_template for i in items)
     if path.exists():
-        df = pq.read_table(path).to_pandas()
+        rows = pq.read_table(path).to_pylist()
     else:
-        qs = [str(i.meta.get("question_text", i.question or "")) for i in items]
-        ans = [str(i.meta.get("answer", "")) for i in items]
-        vals = ptrue_readouts(model, qs, ans)
-        df = pd.DataFrame({"item_id": [i.id for i in items], "target": [i.target for i in items], **vals})
-        _write_parquet(pa.Table.from_pandas(df, preserve_index=False), path)
-    section: dict[str, Any] = {}
-    for name in ("library_logprob", *READOUTS):
-        col = df[name].astype(float)
-        section[name] = {
-            "mean": float(np.nanmean(col)) if col.notna().any() else None,
-            "downstream": downstream(col.tolist(), df["target"].tolist()),
-        }
-    return section
+        rows = score_pair_rows(model, ptrue_pairs(items), instruct=instruct, continuation_tokens=config.max_new_tokens)
+        _write_parquet(pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA), path)
+        rows = pq.read_table(path).to_pylist()  # the recorded rows, as a resumed run reads them
+    section = ptrue_summary(rows)["settings"].get("constructed", {})
+    return {"instruct": instruct, **section}
 
 
 def load_readings(out_dir: str | Path) -> pd.DataFrame:
-    """readings.parquet of an audit directory (or its parts, if it never finished)."""
+    """readings.parquet of an audit directory, and the rows of its parts if it never finished (a
+    damaged file is one line naming it)."""
     out = Path(out_dir)
-    path = out / "readings.parquet"
+    hint = f"run 'sleight readout audit --out {out}' again to measure its items again"
+    tables = []
+    path = out / READINGS
     if path.exists():
-        return pq.read_table(path).to_pandas()
-    parts = sorted((out / "parts").glob("part-*.parquet")) if (out / "parts").is_dir() else []
-    if not parts:
+        why = rundir.verify_part(path, schema=SCHEMA)
+        if why is not None:
+            raise UserError(f"{path} is damaged ({why}); {hint}")
+        tables.append(pq.read_table(path, schema=SCHEMA))
+    parts = rundir.Parts(out, PARTS, SCHEMA)
+    if parts.keys():
+        tables.append(parts.read(hint=hint))
+    if not tables:
         raise UserError(f"{out} has no readings (run 'sleight readout audit --out {out}' first)")
-    return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts]).to_pandas()
+    return pa.concat_tables(tables).to_pandas()
 
 
 def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, floor: float = MASS_FLOOR, extra: dict[str, Any] | None = None) -> AuditResult:
     """Merge parts into readings.parquet, write summary.json and both reports."""
     out = Path(out_dir)
     df = load_readings(out)
-    manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+    manifest = RunDir(out, "audit").read_manifest() or {}
     order = list(items_order or manifest.get("item_ids") or dict.fromkeys(df["item_id"]))
     variants = list((manifest.get("config") or {}).get("variants") or dict.fromkeys(df["variant"]))
     rank_i = {k: n for n, k in enumerate(order)}
     rank_v = {k: n for n, k in enumerate(variants)}
     df = df.assign(_i=df["item_id"].map(rank_i), _v=df["variant"].map(rank_v)).sort_values(["_i", "_v"], kind="stable").drop(columns=["_i", "_v"])
     df = df.drop_duplicates(["item_id", "variant"], keep="last").reset_index(drop=True)
-    _write_parquet(pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False), out / "readings.parquet")
-    if (out / "parts").is_dir():
-        shutil.rmtree(out / "parts")
+    rundir.write_table(out / READINGS, pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False), schema=SCHEMA)
+    rundir.Parts(out, PARTS, SCHEMA).remove()
     summary = summarise(df, floor)
     old = {}
     if (out / "summary.json").exists():
@@ -222,6 +239,6 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
             summary[key] = old[key]
     checks = run_checks(df, summary, floor)
     summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
-    (out / "summary.json").write_text(dumps(summary))
+    rundir.write_text(out / "summary.json", dumps(summary))
     md, page = write_reports(out, manifest, summary, checks)
     return AuditResult(out, summary, checks, {"readings": out / "readings.parquet", "summary": out / "summary.json", "report_md": md, "report_html": page})

@@ -36,6 +36,8 @@ from sleight.readout.classify import ARGMAX_CLASSES, CONTINUATION_CLASSES
 MASS_FLOOR = 0.5
 STEM_DROP = 0.05
 SEPARATOR_GAIN = 0.1
+CHANGE_MIN_ITEMS = 10
+CHANGE_B = 2000
 
 
 def _finite(values: Sequence[Any]) -> np.ndarray:
@@ -68,6 +70,49 @@ def downstream(scores: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any] 
     if rs.std() == 0:
         return {"metric": "spearman", "value": 0.0, "n": len(pairs)}
     return {"metric": "spearman", "value": float(np.corrcoef(rs, rt)[0, 1]), "n": len(pairs)}
+
+
+def _spearman(s: np.ndarray, t: np.ndarray) -> Any:
+    """Spearman's rho on the last axis (0 when the scores are constant), rows batched."""
+    from sleight.stats.metrics import average_ranks
+
+    def rho(a: np.ndarray, b: np.ndarray) -> float:
+        ra, rb = average_ranks(a), average_ranks(b)
+        return 0.0 if ra.std() == 0 or rb.std() == 0 else float(np.corrcoef(ra, rb)[0, 1])
+
+    if np.ndim(s) == 1:
+        return rho(s, t)
+    return np.array([rho(a, b) for a, b in zip(s, t)])
+
+
+def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "original") -> dict[str, Any] | None:
+    """The downstream metric at variant ``a`` minus at ``b`` on the items scored at both, with its
+    paired bootstrap interval; ``too_few`` (no interval) under :data:`CHANGE_MIN_ITEMS` items.
+    None when the metric is undefined there (no target, or a constant one)."""
+    from sleight.stats import auroc, paired_bootstrap
+
+    def scored(v: str) -> pd.DataFrame:
+        df = _live(readings, v)
+        df = df[df["score"].notna() & df["target"].notna()]
+        return df.drop_duplicates("item_id").set_index("item_id")
+
+    da, db = scored(a), scored(b)
+    common = [i for i in db.index if i in da.index]
+    y = db.loc[common, "target"].to_numpy(dtype=np.float64)
+    if len(common) < 2 or len(np.unique(y)) < 2:
+        return None
+    sa, sb = da.loc[common, "score"].to_numpy(dtype=np.float64), db.loc[common, "score"].to_numpy(dtype=np.float64)
+    binary = set(np.unique(y)) <= {0.0, 1.0}
+    metric, fn = ("auroc", auroc) if binary else ("spearman", _spearman)
+    out: dict[str, Any] = {"metric": metric, "n": len(common), "estimate_a": float(fn(sa, y)), "estimate_b": float(fn(sb, y))}
+    out["diff"] = out["estimate_a"] - out["estimate_b"]
+    if len(common) < CHANGE_MIN_ITEMS:
+        return {**out, "too_few": True, "low": None, "high": None}
+    from sleight.stats import gathered
+
+    stat = fn if binary else gathered(_spearman)
+    pb = paired_bootstrap(stat, (sa, y), (sb, y), B=CHANGE_B, seed=0)
+    return {**out, "too_few": False, "low": pb.ci_diff.low, "high": pb.ci_diff.high, "B": CHANGE_B, "level": pb.level}
 
 
 def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, Any]:
@@ -286,6 +331,7 @@ def _stem_check(readings: pd.DataFrame, variants: dict[str, Any], floor: float) 
         v, r = fn()
         sub.append({"check": name, "verdict": v, "reason": r})
     d_o, d_s = so.get("downstream"), st.get("downstream")
+    change = downstream_change(readings)
     evidence = {
         "original_mass_median": so.get("mass_median"),
         "stem_mass_median": st.get("mass_median"),
@@ -298,21 +344,32 @@ def _stem_check(readings: pd.DataFrame, variants: dict[str, Any], floor: float) 
         "stem_on_task_rate": st.get("on_task_rate"),
         "downstream_original": d_o,
         "downstream_stem": d_s,
+        "downstream_change": change,
     }
     median = st.get("mass_median")
     on_task = st.get("on_task_rate") or 0.0
-    drop = d_o is not None and d_s is not None and d_s["value"] < d_o["value"] - STEM_DROP
+    drop = change is not None and not change["too_few"] and change["diff"] < -STEM_DROP
     if median is None or median < floor or on_task < 0.5:
         verdict = "fail"
         reason = f"at the stem: median mass {median if median is None else round(median, 3)}, {on_task:.0%} of continuations on task"
     elif any(s["verdict"] != "pass" for s in sub) or drop:
         verdict = "warn"
-        reason = "the stem repairs the readout only partly" + (f"; downstream {d_s['metric']} drops {d_o['value']:.3f} -> {d_s['value']:.3f}" if drop else "")
+        reason = "the stem repairs the readout only partly" + (f"; {_change_text(change)}" if drop else "")
     else:
         verdict = "pass"
         reason = f"at the stem: median mass {median:.3f}, every argmax an option, continuations on task"
+    if change is not None and change["too_few"] and verdict != "fail":
+        reason += f"; {_change_text(change)}"
     worst = stem.sort_values("option_mass", na_position="first").iloc[0]
     return Check(6, CHECK_NAMES[5], verdict, reason, evidence, example_of(worst), sub)
+
+
+def _change_text(c: dict[str, Any]) -> str:
+    """The downstream change in words, with its interval or the reason there is none."""
+    head = f"downstream {c['metric']} {c['estimate_b']:.3f} -> {c['estimate_a']:.3f} on {c['n']} items"
+    if c["too_few"]:
+        return f"{head}: too few items for an interval (at least {CHANGE_MIN_ITEMS}), not counted as a drop"
+    return f"{head} (change {c['diff']:+.3f}, {c['level']:.0%} paired bootstrap interval [{c['low']:+.3f}, {c['high']:+.3f}])"
 
 
 def variant_table(summary: dict[str, Any]) -> list[dict[str, Any]]:

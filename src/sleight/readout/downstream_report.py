@@ -385,15 +385,20 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
 
 def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
     """The P(True) report; writes its plots into ``folder``."""
-    from sleight.readout.ptrue import PTRUE_TEMPLATE, READOUTS
-    from sleight.readout.ptrue_pipeline import READOUT_LABELS
+    from sleight.readout.ptrue import PTRUE_TEMPLATE, READOUT_LABELS
+    from sleight.readout.ptrue import READOUT_NAMES as READOUTS
 
     rep = Report("P(True): do five readouts of the same prompt rank answer correctness?")
+    rendering = (
+        "wrapped as one user turn with the generation prompt"
+        if meta.get("instruct", True)
+        else "as a raw prompt string with no chat template (lm-polygraph's instruct=False)"
+    )
     rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
     rep.add(
         Heading("What was measured"),
         Para(
-            "lm-polygraph's P(True) prompt, wrapped as one user turn with the generation prompt, read five ways. **Library**: "
+            f"lm-polygraph's P(True) prompt, {rendering}, read five ways. **Library**: "
             "log P(True) of the bare token `True` at the next position, with lm-polygraph 0.7.0's convention (EOS logit set "
             "to -inf by min_new_tokens=1, then -inf replaced by the row's smallest finite logit, then log-softmax). "
             "**Renormalised**: P(True)/(P(True)+P(False)) there, plain log-softmax. **Labels in place**: `(A` vs `(B` there. "

@@ -20,7 +20,8 @@ For each RACE-style item:
 The scoring (AUROC, Brier, paired gain with a cluster bootstrap over passages, references) is in
 :func:`summarise`, a pure function of the per-item table. The readings at the scored positions come
 from :func:`sleight.readout.measure.measure`, the audit's own measurement, so the option-mass
-diagnostics here and in ``sleight readout audit`` are the same numbers.
+diagnostics here and in ``sleight readout audit`` are the same numbers; the reader reads its
+position through the same :func:`sleight.position.read_positions`.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from sleight.backends import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.downstream_position import read_positions
+from sleight.position import read_positions, renormalise
 from sleight.readout.downstream_scoring import (
     clean,
     cluster_codes,
@@ -44,7 +46,7 @@ from sleight.readout.downstream_scoring import (
     paired_difference,
 )
 from sleight.readout.items import AuditItem
-from sleight.readout.measure import MASS_FLOOR, measure
+from sleight.readout.measure import MASS_FLOOR, measure, position_columns
 from sleight.readout.presets import (
     FORECAST_ITEM_INSTRUCTION,
     FORECAST_OPTIONS,
@@ -148,7 +150,7 @@ class Note:
 
 
 def write_notes(
-    model: Any,
+    model: LanguageModel,
     passages: Sequence[str],
     *,
     max_words: int = NOTE_WORDS,
@@ -184,14 +186,18 @@ def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
     )
 
 
-def read_notes(model: Any, items: Sequence[RaceItem], notes: Sequence[Note]) -> list[dict[str, Any]]:
+def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note]) -> list[dict[str, Any]]:
     """The note-only reader's choice per item, with spaced and unspaced option strings.
 
-    Both option sets are read at the same rendered position, so one next-token pass per item
-    serves both (:func:`~sleight.readout.downstream_position.read_positions`).
+    Both option sets are read at the same rendered position, so one reading per item serves both
+    (:func:`sleight.position.read_positions`).
     """
-    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]) for it, n in zip(items, notes)]
-    readings = read_positions(model, contexts, [SPACINGS["unspaced"], SPACINGS["spaced"]], letters=LETTERS)
+    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]).text for it, n in zip(items, notes)]
+    sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
+    readings = [
+        [position_columns(model, r, s, letters=LETTERS) for s in r.option_sets]
+        for r in read_positions(model, contexts, [sets] * len(contexts), score_options=True)
+    ]
     out = []
     for it, (ru, rs) in zip(items, readings):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
@@ -216,7 +222,7 @@ def read_notes(model: Any, items: Sequence[RaceItem], notes: Sequence[Note]) -> 
 
 
 def run_forecast(
-    model: Any,
+    model: LanguageModel,
     items: Sequence[RaceItem],
     *,
     max_words: int = NOTE_WORDS,
@@ -224,11 +230,13 @@ def run_forecast(
     continuation_tokens: int = CONTINUATION_TOKENS,
     status: Callable[[str], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    clusters: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """All model work: one row per (item, position) with the note, the reader and the readings.
 
     Notes are written once per distinct passage (items that share a passage share a note and a
-    cluster). ``status`` is told which step runs; ``progress`` counts note tokens.
+    cluster). ``status`` is told which step runs; ``progress`` counts note tokens. ``clusters``:
+    each item's passage cluster over the whole run, when ``items`` is one committed part of it.
     """
     if not items:
         raise UserError("no items to run")
@@ -237,7 +245,7 @@ def run_forecast(
     say(f"writing {len(passages)} notes")
     by_passage = dict(zip(passages, write_notes(model, passages, max_words=max_words, max_new_tokens=note_max_new_tokens, progress=progress)))
     notes = [by_passage[it.passage] for it in items]
-    clusters = cluster_codes([it.passage for it in items])
+    clusters = cluster_codes([it.passage for it in items]) if clusters is None else list(clusters)
     say("note-only reader")
     reader = read_notes(model, items, notes)
     say("forecast at the original and stemmed positions")
@@ -267,11 +275,8 @@ def run_forecast(
 
 
 def _renormalised(option_logprobs: Sequence[float | None] | None) -> list[float] | None:
-    if not option_logprobs or any(v is None for v in option_logprobs):
-        return None
-    lp = np.asarray(option_logprobs, dtype=np.float64)
-    p = np.exp(lp - lp.max())
-    return (p / p.sum()).tolist()
+    p = renormalise(option_logprobs or [])
+    return None if p is None else p.tolist()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ with one line naming the file, the line and the field, instead of after a model 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -171,24 +172,34 @@ def _check_unique(items: Sequence[AuditItem], wheres: Sequence[str]) -> None:
         seen[item.id] = where
 
 
+def read_text(path: str | Path) -> str:
+    """A file's text as UTF-8; a file that is not UTF-8 is one UserError naming the line."""
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UserError(f"{p.name} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
+
+
 def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
     """Parsed JSONL objects with their ``file:line`` labels; a malformed line is a UserError."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"items file not found: {p}")
     out = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{p.name} line {n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(rec, dict):
-                raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-            out.append((rec, where))
+    for n, line in enumerate(read_text(p).split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{p.name} line {n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        out.append((rec, where))
     if not out:
         raise UserError(f"items file is empty: {p}")
     return out
@@ -206,7 +217,7 @@ def load_csv_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
     if not p.is_file():
         raise UserError(f"items file not found: {p}")
     out = []
-    with p.open(encoding="utf-8", newline="") as f:
+    with io.StringIO(read_text(p), newline="") as f:
         reader = csv.DictReader(f)
         for n, row in enumerate(reader, start=2):
             where = f"{p.name} row {n}"

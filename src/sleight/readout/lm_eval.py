@@ -1,36 +1,54 @@
 """An lm-evaluation-harness multiple-choice task (its YAML and its data) as audit items.
 
-Supported task keys: ``dataset_path`` (``json``/``csv``/``parquet`` with ``dataset_kwargs.data_files``
-relative to the YAML, or a HF dataset from the cache via ``datasets``), ``dataset_name``,
-``test_split``/``validation_split``/``training_split`` (first present wins), ``doc_to_text``,
-``doc_to_choice``, ``doc_to_target`` (a column name, a Jinja template, a literal list or an int),
-``target_delimiter`` (default ``" "``). Each option is ``target_delimiter + choice``, as the harness
-scores it. By default the context is ``doc_to_text`` as is (no chat template), as the harness
-scores it without ``--apply_chat_template``. ``chat: true`` (our key, or ``--lm-eval-chat``) reproduces ``--apply_chat_template``:
-the harness moves the context's trailing whitespace into every continuation, so the options are
-scored as ``"\\n" + option`` right after ``assistant`` (``move_trailing_whitespace``).
-``!function`` hooks and ``include`` are not supported (a clear error says so).
+The requests are built as lm-evaluation-harness 0.4.13 builds them (file and line of the wheel):
+
+* ``doc_to_text`` / ``doc_to_choice`` / ``doc_to_target``: a column name, else a Jinja template
+  rendered with the harness's environment (``StrictUndefined``, ``keep_trailing_newline=True``,
+  the ``regex_replace`` filter; ``lm_eval/utils.py`` 611-624), or a literal;
+* the context is the ``description`` (if any) followed by ``doc_to_text``; with the chat template
+  (``chat: true`` in the YAML, or ``--lm-eval-chat``: the harness's ``--apply_chat_template``) the
+  description is a system turn and the text one user turn, rendered with the generation prompt
+  (``api/task.py`` 974-978 and 1032-1038, ``api/utils.py`` 65-83, ``models/huggingface.py``
+  1718-1729);
+* each continuation is ``target_delimiter + choice``, except with the chat template, where the
+  harness drops the delimiter (``api/task.py`` 1376-1390);
+* ``TemplateLM._encode_pair`` (``api/model.py`` 413-431) moves the context's trailing whitespace
+  into every continuation, in both modes: after a template's ``assistant\n`` the options are scored
+  as ``"\n" + choice`` (``move_trailing_whitespace``).
+
+One difference stays: the harness slices ``tok(c ‖ o)`` after ``len(tok(c))`` tokens even when the
+tokenizer merges across the boundary; the audit reports no option score there (the prefix
+condition, :func:`sleight.position.encode_continuation`).
+
+``dataset_path`` ``json``/``csv``/``parquet`` read ``dataset_kwargs.data_files`` the way
+``datasets.load_dataset`` does for the harness (``api/task.py`` 869-873): relative to the working
+directory; a file found only next to the YAML is used with a note on stderr. Any other
+``dataset_path`` is a HF dataset from the local cache (``datasets``). ``!function`` hooks,
+``include``, ``gen_prefix`` and few-shot examples are not supported (a clear error says so).
 """
 
 from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from sleight.errors import UserError
-from sleight.readout.items import AuditItem, validate_options
+from sleight.readout.items import AuditItem, read_text, validate_options
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"task file not found: {path}")
     try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg = yaml.safe_load(read_text(path))
     except yaml.constructor.ConstructorError as exc:
         raise UserError(f"{path.name}: unsupported YAML tag ({exc.problem}); '!function' hooks cannot be audited without the harness") from None
     except yaml.YAMLError as exc:
@@ -44,6 +62,10 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     for key in ("doc_to_text", "doc_to_choice"):
         if key not in cfg:
             raise UserError(f"{path.name}: missing '{key}'")
+    if cfg.get("gen_prefix"):
+        raise UserError(f"{path.name}: 'gen_prefix' is not supported; audit the task without it")
+    if int(cfg.get("num_fewshot") or 0) > 0:
+        raise UserError(f"{path.name}: few-shot examples (num_fewshot {cfg['num_fewshot']}) are not supported; audit it zero-shot")
     return cfg
 
 
@@ -54,26 +76,38 @@ def _split(cfg: Mapping[str, Any]) -> str:
     return "test"
 
 
+def data_file(task_yaml: Path, name: str) -> Path:
+    """Where ``datasets.load_dataset`` finds a relative data file for the harness: the working
+    directory. A file found only next to the task YAML is used, with a note on stderr."""
+    here = Path(name)
+    if here.is_file():
+        return here.resolve()
+    beside = (task_yaml.parent / name).resolve()
+    if not here.is_absolute() and beside.is_file():
+        print(f"sleight: note: {name} is not in the working directory (where lm-evaluation-harness looks); using {beside}", file=sys.stderr)
+        return beside
+    raise UserError(f"{task_yaml.name}: data file not found: {name} (relative paths are read from the working directory, as the harness reads them)")
+
+
 def _local_rows(path: Path, cfg: Mapping[str, Any], split: str) -> list[dict[str, Any]]:
     files = (cfg.get("dataset_kwargs") or {}).get("data_files")
     if isinstance(files, Mapping):
         files = files.get(split) or next(iter(files.values()), None)
-    if isinstance(files, list):
-        files = files[0] if files else None
-    if not files:
+    names = [str(f) for f in files] if isinstance(files, list) else [str(files)] if files else []
+    if not names:
         raise UserError(f"{path.name}: dataset_path '{cfg['dataset_path']}' needs dataset_kwargs.data_files")
-    data = (path.parent / str(files)).resolve()
-    if not data.is_file():
-        raise UserError(f"{path.name}: data file not found: {data}")
+    return [row for name in names for row in _file_rows(data_file(path, name), cfg)]
+
+
+def _file_rows(data: Path, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     kind = cfg["dataset_path"]
     if kind == "csv":
-        with data.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+        return list(csv.DictReader(io.StringIO(read_text(data), newline="")))
     if kind == "parquet":
         import pyarrow.parquet as pq
 
         return pq.read_table(data).to_pylist()
-    text = data.read_text(encoding="utf-8")
+    text = read_text(data)
     if text.lstrip().startswith("["):
         return json.loads(text)
     rows = []
@@ -95,14 +129,21 @@ def _rows(path: Path, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(r) for r in _load_dataset(str(cfg.get("dataset_path")), cfg.get("dataset_name"), split)]
 
 
+def _jinja() -> Any:
+    """The harness's template environment (``lm_eval/utils.py`` 611-624)."""
+    from jinja2 import BaseLoader, Environment, StrictUndefined
+
+    env = Environment(loader=BaseLoader(), undefined=StrictUndefined, keep_trailing_newline=True)
+    env.filters["regex_replace"] = lambda string, pattern, repl, count=0: re.sub(pattern, repl, string, count=count)
+    return env
+
+
 def _render(spec: Any, doc: Mapping[str, Any]) -> Any:
     """lm-eval's doc_to_* semantics: a column name, a Jinja template, or a literal."""
     if isinstance(spec, str):
         if spec in doc:
             return doc[spec]
-        from jinja2 import Environment, StrictUndefined
-
-        return Environment(undefined=StrictUndefined).from_string(spec).render(**doc)
+        return _jinja().from_string(spec).render(**doc)
     return spec
 
 
@@ -137,29 +178,35 @@ def load_lm_eval_task(path: str | Path, *, chat: bool | None = None, limit: int 
     p = Path(path)
     cfg = _load_yaml(p)
     rows = _rows(p, cfg)
-    if limit:
+    if limit is not None:
         rows = rows[:limit]
-    delim = cfg.get("target_delimiter", " ")
     use_chat = bool(cfg.get("chat", False)) if chat is None else chat
+    delim = "" if use_chat else str(cfg.get("target_delimiter", " "))  # api/task.py 1376-1383
     task = str(cfg.get("task", p.stem))
     items = []
     for k, doc in enumerate(rows):
         where = f"{p.name} doc {k}"
         try:
             text = str(_render(cfg["doc_to_text"], doc))
+            description = str(_render(cfg["description"], doc)) if cfg.get("description") else ""
             choices = _choices(cfg["doc_to_choice"], doc)
             gold = _target(cfg.get("doc_to_target"), doc, choices)
         except UserError as exc:
             raise UserError(f"{where}: {exc}") from None
         except Exception as exc:  # a template error names the doc
             raise UserError(f"{where}: template failed ({type(exc).__name__}: {exc})") from None
+        if use_chat:
+            messages = ({"role": "system", "content": description},) if description else ()
+            messages += ({"role": "user", "content": text},)
+        else:
+            messages = ({"role": "user", "content": description + text},)
         items.append(
             AuditItem(
                 id=f"{task}-{k}",
-                messages=({"role": "user", "content": text},),
+                messages=messages,
                 options=validate_options([delim + c for c in choices], where),
                 choices=tuple(choices),
-                move_trailing_whitespace=use_chat,
+                move_trailing_whitespace=True,
                 chat_template=use_chat,
                 meta={"gold": gold, "task": task},
             )

@@ -1,22 +1,24 @@
 """Per-(item, variant) readings at the scored position (SPEC §4.1).
 
-Per context, one ``continuation_logprobs`` call (the context's forward pass, its cache forked across
-the options) gives the option mass in context, isolated and divergent, and every option's
-full-sequence log-probability (single- and multi-token alike); one batched greedy decode per item
-gives the unrestricted argmax, the top tokens and the continuation. Nothing here writes files.
+The position itself is read once, through :func:`sleight.position.read_positions` (one batched
+``read_next`` for every context of a call: option mass in context and isolated, first tokens,
+distinctness, the unrestricted argmax and the top tokens; multi-token options scored to the end).
+One batched greedy decode per item adds the unrestricted continuation. :func:`position_columns`
+turns one reading into the audit's columns, so the downstream pipelines and P(True) record the
+same columns by the same definitions. Nothing here writes files.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from sleight.position import encode_continuation
-from sleight.readout.batching import DEFAULT_ROWS_PER_PASS, sliced_rows
+from sleight.backends import LanguageModel
+from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
+from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
 from sleight.readout.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.items import AuditItem
 from sleight.readout.variants import Skipped, make_variant, render
@@ -63,22 +65,12 @@ SCHEMA = pa.schema(
 
 
 # -- pure maths ------------------------------------------------------------------------------------
-def option_mass(logprobs: np.ndarray, first_ids: Sequence[int | None]) -> float | None:
-    """Σ p(t) over the distinct first tokens; None (never 0) when any option has no first token
-    in context (the prefix condition failed)."""
-    if not first_ids or any(t is None for t in first_ids):
-        return None
-    return float(np.exp(np.asarray(logprobs, dtype=np.float64)[sorted(set(int(t) for t in first_ids))]).sum())
-
-
 def renormalised_score(option_logprobs: Sequence[float | None], options: Sequence[str], scale: float = 100.0) -> float | None:
     """Numeric options: Σ (int(o)/scale)·p_o with p_o ∝ exp(ℓ_o); otherwise p of the first option.
     None when any ℓ_o is missing (boundary not preserved)."""
-    if not option_logprobs or any(v is None or not math.isfinite(v) for v in option_logprobs):
+    p = renormalise(option_logprobs)
+    if p is None:
         return None
-    lp = np.asarray(option_logprobs, dtype=np.float64)
-    p = np.exp(lp - lp.max())
-    p /= p.sum()
     if is_numeric(options):
         return float(sum(int(o) / scale * pi for o, pi in zip(options, p)))
     return float(p[0])
@@ -95,42 +87,95 @@ def shared_token_prefix(encodings: Sequence[Sequence[int]]) -> int:
     return k
 
 
-def top_tokens(logprobs: np.ndarray, k: int) -> list[int]:
-    """Ids of the k most probable tokens, most probable first (ties by id)."""
-    idx = np.argpartition(-logprobs, k)[:k]
-    return sorted(idx.tolist(), key=lambda t: (-float(logprobs[t]), t))
+def divergent_mass(s: OptionSetReading) -> float | None:
+    """The options' mass after their shared leading tokens (the option mass when they share none);
+    None when the boundary is not preserved or an option *is* the shared prefix."""
+    if not s.boundary_preserved:
+        return None
+    encs = [e for e in s.encodings if e is not None]
+    k = shared_token_prefix(encs)
+    if k == 0:
+        return s.mass
+    if s.token_logprobs is None or not all(len(e) > k for e in encs):
+        return None
+    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs) if toks is not None}
+    return distinct_mass(list(after), after.__getitem__)
+
+
+# -- one reading as the audit's columns --------------------------------------------------------------
+def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetReading, *, letters: Sequence[str]) -> dict[str, Any]:
+    """The audit's columns for option set ``s`` read at ``pos`` (the same names everywhere)."""
+    first = list(s.first_ids)
+    opt_first = {t for t in first if t is not None}
+    if not s.boundary_preserved:  # the isolated encodings are what a naive reader would look for
+        opt_first |= {t for t in s.isolated_ids if t is not None}
+    arg = pos.argmax_id
+    token = model.token_text(arg)
+    return {
+        "boundary_preserved": s.boundary_preserved,
+        "option_mass": s.mass,
+        "option_mass_isolated": s.isolated_mass,
+        "option_mass_divergent": divergent_mass(s),
+        "first_token_ids": first,
+        "isolated_first_token_ids": [t for t in s.isolated_ids if t is not None],
+        "first_tokens_distinct": s.distinct if s.boundary_preserved else None,
+        "option_first_probs": [float(np.exp(v)) if v is not None else None for v in s.first_logprobs],
+        "argmax_id": arg,
+        "argmax_token": token,
+        "argmax_prob": float(np.exp(pos.argmax_logprob)),
+        "argmax_class": classify_token(token, is_special=_is_special(model, arg), is_option_first=arg in opt_first, letters=letters),
+        "top_tokens": [
+            {"id": t, "token": model.token_text(t), "prob": float(np.exp(v))} for t, v in zip(pos.top_ids[:TOP_TOKENS], pos.top_logprobs[:TOP_TOKENS])
+        ],
+        "option_logprobs": list(s.logprobs),
+    }
+
+
+def context_columns(text: str, ids: Sequence[int]) -> dict[str, Any]:
+    """What the readings say about the rendered context itself."""
+    return {
+        "context": text,
+        "context_tail": text[-TAIL_CHARS:],
+        "n_context_tokens": len(ids),
+        "ends_with_whitespace": bool(text) and text[-1].isspace(),
+    }
+
+
+def continuations(model: LanguageModel, contexts: Sequence[Sequence[int]], groups: Sequence[Sequence[int]], max_new_tokens: int) -> list[str]:
+    """The greedy continuation of every context, decoded in the given groups (rows of a group share
+    their leading tokens, which the engine computes once)."""
+    texts = [""] * len(contexts)
+    for group in groups:
+        for i, g in zip(group, model.greedy([contexts[i] for i in group], max_new_tokens, top_k=1)):
+            texts[i] = model.decode(g.token_ids)
+    return texts
 
 
 # -- contexts --------------------------------------------------------------------------------------
 @dataclass
 class Prepared:
-    """One (item, variant) ready to score: its context, ids and option encodings."""
+    """One (item, variant) ready to score: its rendered context and its options."""
 
     item: AuditItem
     variant: str
     skip: str | None = None
     text: str = ""
-    ids: list[int] = field(default_factory=list)
     options: tuple[str, ...] = ()
-    enc: list[list[int] | None] = field(default_factory=list)
-    iso_first: list[int] = field(default_factory=list)
 
 
-def prepare(model, item: AuditItem, variant: str, stem: str | None = None) -> Prepared:
-    """Render the variant and encode its options in context (the prefix condition) and alone."""
+def prepare(model: LanguageModel, item: AuditItem, variant: str, stem: str | None = None) -> Prepared:
+    """Render the variant; with ``move_trailing_whitespace`` the context's trailing whitespace moves
+    into every option, as lm-evaluation-harness's ``TemplateLM._encode_pair`` does."""
     spec = make_variant(item, variant, stem)
     if isinstance(spec, Skipped):
         return Prepared(item, variant, skip=spec.reason)
     text = render(model, spec)
     options = tuple(item.options or ())
     if item.move_trailing_whitespace:
-        # lm-evaluation-harness: trailing whitespace of the context moves into every continuation.
         stripped = text.rstrip()
         ws = text[len(stripped) :]
         text, options = stripped, tuple(ws + o for o in options)
-    enc = [encode_continuation(model, text, o) for o in options]
-    iso = [model.encode(o) for o in options]
-    return Prepared(item, variant, text=text, ids=model.encode(text), options=options, enc=enc, iso_first=[e[0] for e in iso if e])
+    return Prepared(item, variant, text=text, options=options)
 
 
 def _echoes(item: AuditItem) -> list[str]:
@@ -139,51 +184,9 @@ def _echoes(item: AuditItem) -> list[str]:
     return [t for t in (item.question, lines[-1] if lines else None) if t]
 
 
-# -- the option readings of one context ------------------------------------------------------------
-def option_readings(model, p: Prepared) -> dict[str, Any]:
-    """Mass (in context, isolated, divergent), first tokens, option log-probs and score for one
-    context, from one ``continuation_logprobs`` call (the context computed once, forked)."""
-    kept = [e for e in p.enc if e is not None]
-    conts = kept + [[t] for t in p.iso_first]
-    res = model.continuation_logprobs(p.ids, conts) if conts else []
-    by_kept = iter(res[: len(kept)])
-    per_option = [next(by_kept) if e is not None else None for e in p.enc]
-    iso_lp = {t: float(r[0]) for t, r in zip(p.iso_first, res[len(kept) :])}
-    first = [e[0] if e is not None else None for e in p.enc]
-    preserved = bool(p.enc) and all(e is not None for e in p.enc)
-    first_lp = {e[0]: float(r[0]) for e, r in zip(p.enc, per_option) if e is not None}
-
-    def mass_of(lps: dict[int, float], ids: Sequence[int | None]) -> float | None:
-        if not ids or any(t is None for t in ids):
-            return None
-        return float(sum(math.exp(lps[t]) for t in set(ids)))  # each distinct token once
-
-    divergent: float | None = None
-    if preserved:
-        k = shared_token_prefix(p.enc)  # type: ignore[arg-type]
-        if k == 0:
-            divergent = mass_of(first_lp, first)
-        elif all(len(e) > k for e in p.enc):  # type: ignore[arg-type]
-            after = {e[k]: float(r[k]) for e, r in zip(p.enc, per_option)}  # type: ignore[index]
-            divergent = mass_of(after, list(after))
-    lps = [float(np.sum(r)) if r is not None else None for r in per_option]
-    return {
-        "boundary_preserved": preserved,
-        "option_mass": mass_of(first_lp, first),
-        "option_mass_isolated": mass_of(iso_lp, p.iso_first) if len(p.iso_first) == len(p.options) else None,
-        "option_mass_divergent": divergent,
-        "first_token_ids": first,
-        "isolated_first_token_ids": list(p.iso_first),
-        "first_tokens_distinct": (len(set(first)) == len(first)) if preserved else None,
-        "option_first_probs": [math.exp(first_lp[t]) if t is not None else None for t in first],
-        "option_logprobs": lps,
-        "score": renormalised_score(lps, p.item.options or (), p.item.score_scale),
-    }
-
-
 # -- the batched measurement -----------------------------------------------------------------------
 def measure(
-    model,
+    model: LanguageModel,
     items: Sequence[AuditItem],
     variants: Sequence[str],
     *,
@@ -194,83 +197,41 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Readings for every (item, variant), in item order then variant order (rows follow SCHEMA).
 
-    Two passes per context. (1) ``continuation_logprobs`` over the in-context option encodings and
-    the options' isolated first tokens: the context's full forward pass (the same computation as
-    ``next_token_logprobs`` on that context alone) gives every option's first-token probability --
-    hence the mass, in context and isolated -- and its full-sequence log-probability, and, for
-    options sharing leading tokens, the probabilities after that shared prefix (the divergent mass).
-    (2) One batched greedy decode per item (its variants share their leading tokens, computed once),
-    whose first step is kept over the whole vocabulary: the unrestricted argmax, the top tokens and
-    the continuation.
+    (1) One reading of every context's scored position (:func:`sleight.position.read_positions`,
+    multi-token options scored to their end so the full-sequence log-probs and the divergent mass
+    exist). (2) One batched greedy decode per item (its variants share their leading tokens,
+    computed once) for the unrestricted continuation.
     """
     prepared = [prepare(model, item, v, stem) for item in items for v in variants]
     live = [p for p in prepared if p.skip is None]
-    readings: dict[int, dict[str, Any]] = {}
-
-    # 1. Option readings from the context's own forward pass.
     if progress:
-        progress("option pass")
-    for p in live:
-        readings[id(p)] = option_readings(model, p)
-
-    # 2. The unrestricted view: argmax, top tokens, continuation (batched greedy per item).
+        progress("scored positions")
+    readings = read_positions(model, [p.text for p in live], [[p.options] for p in live], top_k=TOP_TOKENS, score_options=True)
     if progress:
-        progress("greedy pass")
-    texts: list[str] = [""] * len(live)
-    no_step: list[int] = []
-    vocab = int(model.vocab_size)
+        progress("greedy continuations")
+    texts = continuations(model, [r.context_ids for r in readings], _item_groups(live, max(1, rows_per_pass)), max_new_tokens)
 
-    def unrestricted(i: int, lp: np.ndarray) -> None:
-        p = live[i]
-        r = readings[id(p)]
-        first = r["first_token_ids"]
-        opt_first = {t for t in first if t is not None} | (set() if r["boundary_preserved"] else set(p.iso_first))
-        arg = int(np.argmax(lp))
-        tok_text = model.token_text(arg)
-        r.update(
-            argmax_id=arg,
-            argmax_token=tok_text,
-            argmax_prob=float(np.exp(lp[arg])),
-            argmax_class=classify_token(tok_text, is_special=_is_special(model, arg), is_option_first=arg in opt_first, letters=p.item.letters),
-            top_tokens=[{"id": int(t), "token": model.token_text(int(t)), "prob": float(np.exp(lp[t]))} for t in top_tokens(lp, TOP_TOKENS)],
-        )
-
-    for group in _item_groups(live, max(1, rows_per_pass)):
-        gens = model.greedy([live[i].ids for i in group], max_new_tokens, top_k=vocab)
-        for i, g in zip(group, gens):
-            texts[i] = model.decode(g.token_ids)
-            if len(g.token_ids) == 0:
-                no_step.append(i)  # the model ended at once: its distribution was not kept
-                continue
-            lp = np.full(vocab, -np.inf, dtype=np.float64)
-            lp[np.asarray(g.top_ids[0], dtype=np.int64)] = np.asarray(g.top_logprobs[0], dtype=np.float64)
-            unrestricted(i, lp)
-    if no_step:
-        sliced_rows(model.next_token_logprobs, [live[i].ids for i in no_step], lambda j, lp: unrestricted(no_step[j], np.asarray(lp, dtype=np.float64)), rows_per_pass)
-
-    for p, cont in zip(live, texts):
+    by_id: dict[int, dict[str, Any]] = {}
+    for p, r, cont in zip(live, readings, texts):
+        s = r.option_sets[0]
+        cols = {**context_columns(p.text, r.context_ids), "options": list(p.options)}
+        cols.update(position_columns(model, r, s, letters=p.item.letters))
+        cols["score"] = renormalised_score(cols["option_logprobs"], p.item.options or (), p.item.score_scale)
         c = classify_continuation(cont, options=p.item.options or (), letters=p.item.letters, choices=p.item.choices, echoes=_echoes(p.item))
-        readings[id(p)].update(
+        cols.update(
             continuation=cont,
             continuation_class=c.cls,
             answer_then_grid=c.answer_then_grid,
             grid_anywhere=c.grid_anywhere,
             continuation_on_task=c.on_task,
         )
+        by_id[id(p)] = cols
 
     rows = []
     for p in prepared:
         row: dict[str, Any] = {name: None for name in SCHEMA.names}
         row.update(item_id=p.item.id, variant=p.variant, skipped=p.skip is not None, skip_reason=p.skip, target=p.item.target)
-        if p.skip is None:
-            row.update(
-                context=p.text,
-                context_tail=p.text[-TAIL_CHARS:],
-                n_context_tokens=len(p.ids),
-                ends_with_whitespace=bool(p.text) and p.text[-1].isspace(),
-                options=list(p.options),
-            )
-            row.update(readings[id(p)])
+        row.update(by_id.get(id(p), {}))
         rows.append(row)
     return rows
 
@@ -286,7 +247,7 @@ def _item_groups(live: Sequence[Prepared], size: int) -> list[list[int]]:
     return groups
 
 
-def _is_special(model, token_id: int) -> bool:
+def _is_special(model: LanguageModel, token_id: int) -> bool:
     fn = getattr(model, "is_special", None)
     return bool(fn(token_id)) if fn else token_id in model.eos_ids
 

@@ -146,11 +146,12 @@ def forecast_items(records: Sequence[Mapping[str, Any]], note: str = "mixed") ->
 
 
 # --- ptrue ---------------------------------------------------------------------------------------
-def ptrue_items(records: Sequence[Mapping[str, Any]]) -> list[AuditItem]:
+def ptrue_items(records: Sequence[Mapping[str, Any]], *, instruct: bool = True) -> list[AuditItem]:
     """P(True) items from QA records: each question with its accepted answer (target 1) and, when
     the record has one, its wrong answer (target 0). Options are ``True``/``False`` as the library
     reads them; the quoted instruction is the True/False question block (deleted by the
-    ``deleted_instruction`` variant, which is the "Deleted" readout's prompt)."""
+    ``deleted_instruction`` variant, which is the "Deleted" readout's prompt). ``instruct=False``:
+    the raw prompt string is the context (lm-polygraph's non-instruct models), no chat template."""
     items: list[AuditItem] = []
     for k, rec in enumerate(records):
         if "id" not in rec or "question" not in rec or not rec.get("answers"):
@@ -171,6 +172,7 @@ def ptrue_items(records: Sequence[Mapping[str, Any]]) -> list[AuditItem]:
                     question=rec["question"],
                     letters=("A", "B"),
                     target=target,
+                    chat_template=instruct,
                     meta={"question_text": rec["question"], "answer": answer},
                 )
             )
@@ -212,8 +214,11 @@ def load_fixture(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def preset_items(name: str, records: Sequence[Mapping[str, Any]] | None = None, *, note: str = "mixed", limit: int | None = None) -> list[AuditItem]:
-    """Items for preset ``name`` from ``records`` (default: the shipped fixture)."""
+def preset_items(
+    name: str, records: Sequence[Mapping[str, Any]] | None = None, *, note: str = "mixed", limit: int | None = None, instruct: bool = True
+) -> list[AuditItem]:
+    """Items for preset ``name`` from ``records`` (default: the shipped fixture); ``instruct`` is the
+    ptrue preset's rendering (False: the raw prompt, no chat template)."""
     if name not in PRESETS:
         raise UserError(f"unknown preset '{name}' (choose from {', '.join(PRESETS)})")
     recs = list(records) if records is not None else load_fixture(PRESET_FIXTURES[name])
@@ -223,6 +228,8 @@ def preset_items(name: str, records: Sequence[Mapping[str, Any]] | None = None, 
         raise UserError(f"preset '{name}': no records")
     if name == "forecast":
         return forecast_items(recs, note=note)
+    if name == "ptrue":
+        return ptrue_items(recs, instruct=instruct)
     return PRESETS[name](recs)
 
 

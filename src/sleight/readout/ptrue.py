@@ -1,36 +1,49 @@
-"""lm-polygraph's P(True) prompt and five ways of reading it.
+"""lm-polygraph's P(True) prompt and the one registry of its readouts.
 
-The prompt is ``PromptCalculator``'s (lm-polygraph 0.7.0, ``stat_calculators/prompt.py``)::
+The prompt is ``PromptCalculator``'s (lm-polygraph 0.7.0, ``stat_calculators/prompt.py`` lines
+121-127)::
 
     Question: {q}\\n Possible answer:{a}\\n Is the possible answer:\\n (A) True\\n (B) False\\n The possible answer is:
 
-Readouts, each a function of (model, questions, answers) returning one value per pair:
+Each readout is one :class:`Readout` record in :data:`READOUTS`: where it reads (the prompt, an
+answer stem), which option set it reads there, and how its number follows from that reading.
+:func:`score_pairs` reads every distinct context of every readout in one
+:func:`sleight.position.read_positions` call, so the value, the option mass and the argmax of a
+readout all come from the same reading; ``readout ptrue`` and ``readout audit --preset ptrue`` both
+call it and record the same rows.
 
-* **Library** -- what lm-polygraph 0.7.0 itself computes: the prompt wrapped as one user turn with
-  the generation prompt (``WhiteboxModel.tokenize`` in instruct mode, no special tokens added), the
-  token ``True`` encoded alone (first id), read at the next position of
-  ``generate(max_new_tokens=1, min_new_tokens=1)``. ``min_new_tokens=1`` sets the EOS logits to
-  -inf; the library's ``_SanitizeLogitsProcessor`` then replaces -inf by the row's smallest finite
-  logit (+inf by the largest, NaN by 0) before ``_ScoresProcessor`` takes the log-softmax. We
-  reproduce that convention here, and only here (:func:`library_log_softmax`).
-* **Renormalised** -- P(True) / (P(True) + P(False)) at the same position, plain log-softmax.
-* **Labels in place** -- P("(A") / (P("(A") + P("(B")) at the same position, full-sequence
-  probabilities of the labels encoded in context.
-* **Moved** -- the stem "The possible answer is (" prefilled in the assistant turn, then
-  P("A") / (P("A") + P("B")).
-* **Deleted** -- the quoted instruction (the True/False question block) removed, then
-  P(True) / (P(True) + P(False)) at the generation prompt: what the score reads when the question
-  it is supposed to answer is gone.
+The prompt is rendered the way ``WhiteboxModel.tokenize`` does (``utils/model.py`` lines 668-697):
+with ``instruct`` it is one user turn through the chat template with the generation prompt, no
+special tokens added; without (a model loaded with ``instruct=False``) the raw prompt string is the
+context. ``value``:
+
+* ``polygraph`` -- what the library computes (Library): log p of ``True`` encoded alone (the first id
+  of ``tokenizer(["True"])`` without EOS/BOS, ``prompt.py`` lines 68-75) at the next position of
+  ``generate(min_new_tokens=1, max_new_tokens=1)`` (``prompt.py`` lines 94-107). ``min_new_tokens=1``
+  sets the EOS logits to -inf; the library's ``_SanitizeLogitsProcessor`` (``utils/model.py`` lines
+  458-487) replaces -inf by the row's smallest finite logit before ``_ScoresProcessor`` (lines
+  449-456) takes the log-softmax. From log-probabilities that is
+  ``ℓ_True - log(1 - Σ p_EOS + |EOS|·p_min)``; :func:`polygraph_logprob` drops the ``|EOS|·p_min``
+  term (``p_min`` is the least probable token's probability, about 1e-13 on the default model).
+* ``isolated`` -- P(o₁) / (P(o₁) + P(o₂)) over the two options encoded alone, plain log-softmax
+  (Renormalised, Deleted).
+* ``in_context`` -- the same ratio over the options' full-sequence probabilities encoded in
+  context (Labels in place, Moved).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sleight.position import encode_continuation
-from sleight.readout.batching import DEFAULT_ROWS_PER_PASS, gather, sliced_rows
+from sleight.backends import LanguageModel
+from sleight.position import OptionSetReading, PositionReading, read_positions, renormalise
+from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
+from sleight.readout.classify import classify_continuation
+from sleight.readout.measure import context_columns, continuations, position_columns
 
 PTRUE_TEMPLATE = (
     "Question: {q}\n Possible answer:{a}\n "
@@ -38,10 +51,9 @@ PTRUE_TEMPLATE = (
 )
 PTRUE_INSTRUCTION = " Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
 PTRUE_LABELS_BLOCK = "(A) True\n (B) False"
-MOVED_STEM = "The possible answer is ("
-EXPECTED = "True"
-
-READOUTS = ("library", "renormalised", "labels_in_place", "moved", "deleted")
+MOVED_STEM = "The possible answer is ("  # prefilled in the assistant turn
+RAW_MOVED_STEM = " ("  # without a chat template: the answer opened right after the prompt
+LETTERS = ("A", "B")
 
 
 def ptrue_prompt(question: str, answer: str) -> str:
@@ -54,145 +66,144 @@ def ptrue_deleted_prompt(question: str, answer: str) -> str:
     return ptrue_prompt(question, answer).replace(PTRUE_INSTRUCTION, "")
 
 
-def library_log_softmax(logits: np.ndarray, eos_ids: Iterable[int]) -> np.ndarray:
-    """lm-polygraph 0.7.0's scores for the first generated token, from raw logits.
+@dataclass(frozen=True)
+class Readout:
+    """One way of reading the P(True) prompt: its context, its option set, how its value is read."""
 
-    ``min_new_tokens=1`` -> EOS logits = -inf; sanitiser -> -inf becomes the row's smallest finite
-    logit, +inf its largest, NaN 0; then log-softmax. Pure; works on (V,) or (B, V).
+    name: str
+    label: str
+    options: tuple[str, str]
+    value: str  # "polygraph" | "isolated" | "in_context" (see the module docstring)
+    prompt: Callable[[str, str], str] = ptrue_prompt
+    stem: str | None = None  # the answer stem, prefilled in the assistant turn
+    raw_stem: str | None = None  # the same without a chat template, appended to the raw prompt
+
+    def context(self, model: LanguageModel, question: str, answer: str, *, instruct: bool = True) -> str:
+        """The rendered context this readout reads (``instruct``: through the chat template)."""
+        prompt = self.prompt(question, answer)
+        if not instruct:
+            return prompt + (self.raw_stem or "")
+        return model.render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True, prefill=self.stem).text
+
+
+READOUTS: tuple[Readout, ...] = (
+    Readout("library", "Library", ("True", "False"), "polygraph"),
+    Readout("renormalised", "Renormalised", ("True", "False"), "isolated"),
+    Readout("labels_in_place", "Labels in place", ("(A", "(B"), "in_context"),
+    Readout("moved", "Moved", ("A", "B"), "in_context", stem=MOVED_STEM, raw_stem=RAW_MOVED_STEM),
+    Readout("deleted", "Deleted", ("True", "False"), "isolated", prompt=ptrue_deleted_prompt),
+)
+READOUT_NAMES: tuple[str, ...] = tuple(r.name for r in READOUTS)
+READOUT_LABELS: dict[str, str] = {r.name: r.label for r in READOUTS}
+
+
+def polygraph_logprob(logprob: float, eos_logprobs: Sequence[float]) -> float:
+    """log p(t) once the EOS tokens are masked, as lm-polygraph's first generated step reads it
+    (``min_new_tokens=1``); the sanitiser's ``|EOS|·p_min`` term is dropped (see the module)."""
+    eos_mass = float(np.sum(np.exp(np.asarray(eos_logprobs, dtype=np.float64))))
+    return float(logprob - math.log1p(-eos_mass))
+
+
+def readout_value(r: Readout, s: OptionSetReading, pos: PositionReading, eos_ids: Sequence[int]) -> float | None:
+    """The readout's number from its option set's reading (None where a boundary is not preserved)."""
+    if r.value == "polygraph":
+        t = s.isolated_logprobs[0]
+        return None if t is None else polygraph_logprob(t, [pos.logprob(e) for e in eos_ids])
+    p = renormalise(s.isolated_logprobs if r.value == "isolated" else s.logprobs)
+    return None if p is None else float(p[0])
+
+
+def _echoes(question: str, prompt: str) -> list[str]:
+    lines = [ln for ln in prompt.splitlines() if ln.strip()]
+    return [t for t in (question, lines[-1] if lines else None) if t]
+
+
+def score_pairs(
+    model: LanguageModel,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    *,
+    instruct: bool = True,
+    continuation_tokens: int = 16,
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+) -> list[dict[str, Any]]:
+    """One row per (pair, readout), pairs in order, readouts in registry order.
+
+    ``score`` is the readout's value (log P(True) for Library, a probability for the others, None
+    where a label's boundary is not preserved); ``library_prob`` is ``exp(score)`` on Library rows;
+    the rest are the audit's columns for the readout's option set at its position, and the greedy
+    continuation there (``continuation_tokens`` = 0: none).
     """
-    x = np.array(logits, dtype=np.float64, copy=True)
-    eos = sorted(int(e) for e in eos_ids)
-    if eos:
-        x[..., eos] = -np.inf
-    finite = np.isfinite(x)
-    if not finite.all():
-        row_min = np.where(finite, x, np.inf).min(axis=-1, keepdims=True)
-        row_max = np.where(finite, x, -np.inf).max(axis=-1, keepdims=True)
-        row_min = np.where(np.isfinite(row_min), row_min, 0.0)
-        row_max = np.where(np.isfinite(row_max), row_max, 0.0)
-        x = np.where(np.isneginf(x), row_min, x)
-        x = np.where(np.isposinf(x), row_max, x)
-        x = np.nan_to_num(x, nan=0.0)
-    m = x.max(axis=-1, keepdims=True)
-    return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
-
-
-def plain_log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
-
-
-def token_alone(model, text: str) -> int:
-    """The first id of ``text`` encoded on its own (how the library picks ``True``)."""
-    ids = [t for t in model.encode(text) if t not in model.eos_ids]
-    if not ids:
-        raise ValueError(f"{text!r} encodes to no tokens")
-    return ids[0]
-
-
-def user_turn(model, prompt: str, prefill: str | None = None) -> list[int]:
-    """The prompt as one user turn with the generation prompt (and an optional answer stem)."""
-    return model.render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True, prefill=prefill).ids
-
-
-def _pairs(questions: Sequence[str], answers: Sequence[str]) -> list[tuple[str, str]]:
     if len(questions) != len(answers):
         raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
-    return list(zip(questions, answers))
+    texts: list[str] = []
+    sets: list[list[tuple[str, ...]]] = []
+    where: dict[str, int] = {}
+    slots: list[list[tuple[int, int]]] = []  # per pair, per readout: (context index, option-set index)
+    for q, a in zip(questions, answers):
+        per: list[tuple[int, int]] = []
+        for r in READOUTS:
+            text = r.context(model, q, a, instruct=instruct)
+            if text not in where:
+                where[text] = len(texts)
+                texts.append(text)
+                sets.append([])
+            c = where[text]
+            if r.options not in sets[c]:
+                sets[c].append(r.options)
+            per.append((c, sets[c].index(r.options)))
+        slots.append(per)
+    eos = sorted(int(e) for e in model.eos_ids)
+    readings = read_positions(model, texts, sets, extra_ids=eos, score_options=True)
+    conts: list[str | None] = [None] * len(texts)
+    if continuation_tokens > 0:
+        groups = [list(range(k, min(k + rows_per_pass, len(texts)))) for k in range(0, len(texts), max(1, rows_per_pass))]
+        conts = list(continuations(model, [r.context_ids for r in readings], groups, continuation_tokens))
+
+    rows = []
+    for q, a, per in zip(questions, answers, slots):
+        for r, (c, k) in zip(READOUTS, per):
+            pos, s = readings[c], readings[c].option_sets[k]
+            score = readout_value(r, s, pos, eos)
+            row: dict[str, Any] = {
+                "readout": r.name,
+                "score": score,
+                "library_prob": math.exp(score) if r.value == "polygraph" and score is not None else None,
+                **context_columns(texts[c], pos.context_ids),
+                "options": list(r.options),
+            }
+            cols = position_columns(model, pos, s, letters=LETTERS)
+            row.update({key: cols[key] for key in POSITION_KEYS})
+            cont = conts[c]
+            row["continuation"] = cont
+            row["continuation_class"] = (
+                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=_echoes(q, r.prompt(q, a))).cls
+            )
+            rows.append(row)
+    return rows
 
 
-def _two_way(lp_a: np.ndarray, lp_b: np.ndarray) -> np.ndarray:
-    """P(a) / (P(a) + P(b)) from log-probabilities (NaN where either is NaN)."""
-    m = np.maximum(lp_a, lp_b)
-    ea, eb = np.exp(lp_a - m), np.exp(lp_b - m)
-    return ea / (ea + eb)
+POSITION_KEYS = (
+    "boundary_preserved",
+    "option_mass",
+    "first_token_ids",
+    "first_tokens_distinct",
+    "option_first_probs",
+    "argmax_id",
+    "argmax_token",
+    "argmax_prob",
+    "argmax_class",
+    "top_tokens",
+    "option_logprobs",
+)
 
 
-def library_logprob(model, questions: Sequence[str], answers: Sequence[str], *, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> np.ndarray:
-    """log P(True) exactly as lm-polygraph 0.7.0 computes it (see module docstring)."""
-    return _library_and_renormalised(model, questions, answers, rows_per_pass)[0]
-
-
-def renormalised(model, questions: Sequence[str], answers: Sequence[str], *, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> np.ndarray:
-    """P(True) / (P(True) + P(False)) at the library's position (plain log-softmax)."""
-    return _library_and_renormalised(model, questions, answers, rows_per_pass)[1]
-
-
-def _library_and_renormalised(model, questions, answers, rows_per_pass):
-    seqs = [user_turn(model, ptrue_prompt(q, a)) for q, a in _pairs(questions, answers)]
-    t_id, f_id = token_alone(model, "True"), token_alone(model, "False")
-    lib = np.empty(len(seqs))
-    ren = np.empty(len(seqs))
-
-    def keep(i: int, logits: np.ndarray) -> None:
-        lib[i] = library_log_softmax(logits, model.eos_ids)[t_id]
-        plain = plain_log_softmax(logits)
-        ren[i] = _two_way(plain[t_id], plain[f_id])
-
-    sliced_rows(model.next_token_logits, seqs, keep, rows_per_pass)
-    return lib, ren
-
-
-def _label_choice(model, contexts: Sequence[list[int]], texts: Sequence[str], labels: tuple[str, str], rows_per_pass: int) -> np.ndarray:
-    """P(label a) / (P(a) + P(b)) with full-sequence label probabilities encoded in context.
-
-    When the two encodings share a token prefix and differ in one last token (``(`` + ``A``), the
-    shared prefix cancels and one batched pass at ``context + prefix`` is exact; otherwise each
-    context is scored with ``continuation_logprobs``. NaN where the boundary is not preserved.
-    """
-    out = np.full(len(contexts), np.nan)
-    fast_seqs, fast_ids, fast_rows = [], [], []
-    for i, (ids, text) in enumerate(zip(contexts, texts)):
-        enc = [encode_continuation(model, text, lab) for lab in labels]
-        if any(e is None for e in enc):
-            continue
-        a, b = enc
-        if len(a) == len(b) and a[:-1] == b[:-1]:
-            fast_seqs.append(list(ids) + list(a[:-1]))
-            fast_ids.append([a[-1], b[-1]])
-            fast_rows.append(i)
-        else:
-            la, lb = (float(np.sum(x)) for x in model.continuation_logprobs(ids, [a, b]))
-            out[i] = _two_way(np.float64(la), np.float64(lb))
-    for row, vals in zip(fast_rows, gather(model.next_token_logprobs, fast_seqs, fast_ids, rows_per_pass)):
-        out[row] = _two_way(vals[0], vals[1])
-    return out
-
-
-def labels_in_place(model, questions: Sequence[str], answers: Sequence[str], *, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> np.ndarray:
-    """P("(A") / (P("(A") + P("(B")) at the library's position."""
-    rendered = [model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}]) for q, a in _pairs(questions, answers)]
-    return _label_choice(model, [r.ids for r in rendered], [r.text for r in rendered], ("(A", "(B"), rows_per_pass)
-
-
-def moved(model, questions: Sequence[str], answers: Sequence[str], *, stem: str = MOVED_STEM, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> np.ndarray:
-    """P("A") / (P("A") + P("B")) after the stem "The possible answer is (" in the assistant turn."""
-    rendered = [model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}], prefill=stem) for q, a in _pairs(questions, answers)]
-    return _label_choice(model, [r.ids for r in rendered], [r.text for r in rendered], ("A", "B"), rows_per_pass)
-
-
-def deleted(model, questions: Sequence[str], answers: Sequence[str], *, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> np.ndarray:
-    """P(True) / (P(True) + P(False)) with the True/False instruction deleted from the prompt."""
-    seqs = [user_turn(model, ptrue_deleted_prompt(q, a)) for q, a in _pairs(questions, answers)]
-    t_id, f_id = token_alone(model, "True"), token_alone(model, "False")
-    vals = gather(model.next_token_logprobs, seqs, [[t_id, f_id]] * len(seqs), rows_per_pass)
-    return np.array([_two_way(v[0], v[1]) for v in vals], dtype=np.float64)
-
-
-def ptrue_readouts(model, questions: Sequence[str], answers: Sequence[str], *, rows_per_pass: int = DEFAULT_ROWS_PER_PASS) -> dict[str, np.ndarray]:
-    """All five readouts for each (question, answer) pair.
-
-    Keys: ``library_logprob`` (log P(True), the library's number), ``library`` (its exp),
-    ``renormalised``, ``labels_in_place``, ``moved``, ``deleted`` (probabilities in [0, 1], NaN where
-    a label's boundary is not preserved in context).
-    """
-    lib, ren = _library_and_renormalised(model, questions, answers, rows_per_pass)
-    return {
-        "library_logprob": lib,
-        "library": np.exp(lib),
-        "renormalised": ren,
-        "labels_in_place": labels_in_place(model, questions, answers, rows_per_pass=rows_per_pass),
-        "moved": moved(model, questions, answers, rows_per_pass=rows_per_pass),
-        "deleted": deleted(model, questions, answers, rows_per_pass=rows_per_pass),
-    }
+def ptrue_readouts(
+    model: LanguageModel, questions: Sequence[str], answers: Sequence[str], *, instruct: bool = True
+) -> dict[str, np.ndarray]:
+    """Every readout's value per pair as arrays (NaN where undefined): ``library_logprob`` (log
+    P(True), the library's number), ``library`` (its exp), then one key per other readout."""
+    rows = score_pairs(model, questions, answers, instruct=instruct, continuation_tokens=0)
+    n = len(READOUTS)
+    vals = {r.name: np.array([np.nan if x["score"] is None else x["score"] for x in rows[k::n]], dtype=np.float64) for k, r in enumerate(READOUTS)}
+    return {"library_logprob": vals["library"], "library": np.exp(vals["library"]), **{k: v for k, v in vals.items() if k != "library"}}

@@ -18,9 +18,12 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from sleight.errors import UserError
+
+if TYPE_CHECKING:
+    from sleight.backends import LanguageModel
 
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "qa_items.jsonl"  # 36 shipped questions
@@ -163,13 +166,20 @@ class Answer:
     prompt_text: str
 
 
-def greedy_answers(model: Any, items: Sequence[QAItem], max_new_tokens: int, progress: Callable[[int], None] | None = None) -> list[Answer]:
-    """Each item's question as one user turn (the template's default system prompt kept), decoded
-    greedily; the text is stripped of surrounding whitespace and used verbatim, as lm-polygraph uses
-    its ``greedy_texts``."""
-    rendered = [model.render_chat([{"role": "user", "content": it.prompt}]) for it in items]
-    gens = model.greedy([r.ids for r in rendered], max_new_tokens, progress=progress)
-    return [
-        Answer(model.decode(g.token_ids).strip(), len(g.token_ids), g.finish_reason, r.text)
-        for g, r in zip(gens, rendered)
-    ]
+def greedy_answers(
+    model: LanguageModel,
+    items: Sequence[QAItem],
+    max_new_tokens: int,
+    *,
+    instruct: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> list[Answer]:
+    """Each item's question decoded greedily, as lm-polygraph's ``GreedyProbsCalculator`` feeds its
+    ``greedy_texts`` to P(True) (``stat_calculators/greedy_probs.py`` lines 116-172): the question
+    through ``WhiteboxModel.tokenize`` (one user turn with the generation prompt when ``instruct``,
+    the raw string otherwise) and the decoded tokens before the end-of-sequence token, not stripped
+    (raw-prompt answers often begin with a line break)."""
+    prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
+    ids = [model.encode(p) for p in prompts]
+    gens = model.greedy(ids, max_new_tokens, progress=progress)
+    return [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]

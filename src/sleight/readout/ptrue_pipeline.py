@@ -13,13 +13,12 @@ Steps:
      labels by construction, so the ranking is measurable even when a small model gets most
      questions wrong; the two rows of a question form one bootstrap cluster.
 
-3. The five readouts of :mod:`sleight.readout.ptrue` score every pair (Library reproduces
-   lm-polygraph 0.7.0 exactly, including its logit sanitiser; the others use a plain log-softmax).
-4. Each readout's scored position is measured with the audit's :func:`~sleight.readout.measure.measure`
-   (option mass over the readout's own options, the unrestricted argmax and its class, the
-   continuation). Options per readout: Library and Renormalised ``True``/``False`` at the generation
-   prompt; Labels in place ``(A``/``(B`` there; Moved ``A``/``B`` after the stem "The possible answer
-   is ("; Deleted ``True``/``False`` with the instruction removed.
+3. The readouts of :data:`sleight.readout.ptrue.READOUTS` score every pair
+   (:func:`~sleight.readout.ptrue.score_pairs`): one reading of each readout's scored position
+   gives its value, its option mass over its own options, the unrestricted argmax and its class;
+   a greedy decode there gives the continuation. Library reproduces lm-polygraph 0.7.0 (its EOS
+   masking included); ``instruct=False`` reads the raw prompt string, as the library does for a
+   model that is not an instruct model.
 
 :func:`summarise` (pure) gives AUROC and PRR with cluster-bootstrap intervals per readout, the paired
 differences against Library (both readouts on the same replicates), and the position diagnostics.
@@ -32,8 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from sleight.backends import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.downstream_position import read_positions
 from sleight.readout.downstream_scoring import (
     clean,
     cluster_codes,
@@ -42,15 +41,8 @@ from sleight.readout.downstream_scoring import (
     metric_interval,
     paired_difference,
 )
-from sleight.readout.items import AuditItem
-from sleight.readout.measure import MASS_FLOOR, measure
-from sleight.readout.ptrue import (
-    MOVED_STEM,
-    READOUTS,
-    ptrue_deleted_prompt,
-    ptrue_prompt,
-    ptrue_readouts,
-)
+from sleight.readout.measure import MASS_FLOOR
+from sleight.readout.ptrue import READOUT_LABELS, READOUT_NAMES, READOUTS, score_pairs
 from sleight.readout.ptrue_answers import (
     LETTERS,
     Answer,
@@ -62,21 +54,7 @@ from sleight.readout.ptrue_answers import (
 SETTINGS = ("own", "constructed")
 ANSWER_MAX_NEW_TOKENS = 32
 CONTINUATION_TOKENS = 16
-READOUT_LABELS = {
-    "library": "Library",
-    "renormalised": "Renormalised",
-    "labels_in_place": "Labels in place",
-    "moved": "Moved",
-    "deleted": "Deleted",
-}
-# The options whose mass and argmax are read at each readout's scored position.
-READOUT_OPTIONS: dict[str, tuple[str, str]] = {
-    "library": ("True", "False"),
-    "renormalised": ("True", "False"),
-    "labels_in_place": ("(A", "(B"),
-    "moved": ("A", "B"),
-    "deleted": ("True", "False"),
-}
+READOUT_OPTIONS: dict[str, tuple[str, str]] = {r.name: r.options for r in READOUTS}
 
 
 def parse_settings(text: str) -> tuple[str, ...]:
@@ -125,69 +103,29 @@ def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer]) -> list[dict[s
     return pairs
 
 
-def _audit_items(pairs: Sequence[Mapping[str, Any]], readout: str) -> list[AuditItem]:
-    """The scored context of ``readout`` for every pair, as audit items (for :func:`measure`)."""
-    out = []
-    for k, p in enumerate(pairs):
-        prompt = ptrue_deleted_prompt(p["question"], p["answer"]) if readout == "deleted" else ptrue_prompt(p["question"], p["answer"])
-        out.append(
-            AuditItem(
-                id=f"{k}:{readout}",
-                messages=({"role": "user", "content": prompt},),
-                options=READOUT_OPTIONS[readout],
-                letters=("A", "B"),
-                stem=MOVED_STEM if readout == "moved" else None,
-                question=p["question"],
-            )
-        )
-    return out
-
-
-def measure_positions(model: Any, pairs: Sequence[Mapping[str, Any]], *, continuation_tokens: int = CONTINUATION_TOKENS) -> dict[str, list[dict[str, Any]]]:
-    """Readings at each readout's scored position, per pair.
-
-    Library, Renormalised and Labels in place share one context: the audit's measurement reads it
-    once with ``True``/``False`` (and decodes its continuation); Labels in place reuses that
-    continuation and reads ``(A``/``(B`` from one more next-token pass of the same context.
-    """
-    lib = measure(model, _audit_items(pairs, "library"), ["original"], max_new_tokens=continuation_tokens)
-    contexts = [model.render_chat([{"role": "user", "content": ptrue_prompt(p["question"], p["answer"])}]) for p in pairs]
-    lip = [r[0] for r in read_positions(model, contexts, [READOUT_OPTIONS["labels_in_place"]], letters=("A", "B"), score_options=False)]
-    for a, b in zip(lip, lib):
-        a.update(context=b["context"], context_tail=b["context_tail"], n_context_tokens=b["n_context_tokens"], ends_with_whitespace=b["ends_with_whitespace"])
-        a.update(continuation=b["continuation"], continuation_class=b["continuation_class"])
-    moved = measure(model, _audit_items(pairs, "moved"), ["stem"], max_new_tokens=continuation_tokens)
-    deleted = measure(model, _audit_items(pairs, "deleted"), ["original"], max_new_tokens=continuation_tokens)
-    return {"library": lib, "renormalised": lib, "labels_in_place": lip, "moved": moved, "deleted": deleted}
-
-
-_KEEP = (
-    "context",
-    "context_tail",
-    "n_context_tokens",
-    "ends_with_whitespace",
-    "options",
-    "boundary_preserved",
-    "option_mass",
-    "first_token_ids",
-    "first_tokens_distinct",
-    "option_first_probs",
-    "argmax_id",
-    "argmax_token",
-    "argmax_prob",
-    "argmax_class",
-    "top_tokens",
-    "option_logprobs",
-    "continuation",
-    "continuation_class",
-)
+def score_pair_rows(
+    model: LanguageModel,
+    pairs: Sequence[Mapping[str, Any]],
+    *,
+    instruct: bool = True,
+    continuation_tokens: int = CONTINUATION_TOKENS,
+) -> list[dict[str, Any]]:
+    """One row per (pair, readout): the pair's fields, then the readout's row from
+    :func:`~sleight.readout.ptrue.score_pairs`. ``readout ptrue`` and ``readout audit --preset ptrue``
+    both record these rows."""
+    scored = score_pairs(
+        model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=instruct, continuation_tokens=continuation_tokens
+    )
+    n = len(READOUTS)
+    return [{**p, **row} for k, p in enumerate(pairs) for row in scored[k * n : (k + 1) * n]]
 
 
 def run_ptrue(
-    model: Any,
+    model: LanguageModel,
     items: Sequence[QAItem],
     *,
     settings: Sequence[str] = SETTINGS,
+    instruct: bool = True,
     max_new_tokens: int = ANSWER_MAX_NEW_TOKENS,
     continuation_tokens: int = CONTINUATION_TOKENS,
     status: Callable[[str], None] | None = None,
@@ -197,7 +135,8 @@ def run_ptrue(
 
     ``score`` is the readout's value: log P(True) for Library (the library's own number; ``exp`` of
     it is in ``library_prob``), a probability in [0, 1] for the others, None where a label's
-    boundary is not preserved in context.
+    boundary is not preserved in context. ``instruct`` as in lm-polygraph: False answers and scores
+    the raw prompt strings, with no chat template.
     """
     if not items:
         raise UserError("no items to run")
@@ -205,29 +144,12 @@ def run_ptrue(
     pairs: list[dict[str, Any]] = []
     if "own" in settings:
         say(f"answering {len(items)} questions greedily")
-        answers = greedy_answers(model, items, max_new_tokens, progress=progress)
+        answers = greedy_answers(model, items, max_new_tokens, instruct=instruct, progress=progress)
         pairs += [{"setting": "own", **p} for p in own_pairs(items, answers)]
     if "constructed" in settings:
         pairs += [{"setting": "constructed", **p} for p in constructed_pairs(items)]
-    say(f"five P(True) readouts of {len(pairs)} (question, answer) pairs")
-    qs, ans = [p["question"] for p in pairs], [p["answer"] for p in pairs]
-    values = ptrue_readouts(model, qs, ans)
-    say("measuring each readout's scored position")
-    readings = measure_positions(model, pairs, continuation_tokens=continuation_tokens)
-    rows = []
-    for k, p in enumerate(pairs):
-        for r in READOUTS:
-            score = values["library_logprob"][k] if r == "library" else values[r][k]
-            row = {
-                **p,
-                "readout": r,
-                "score": None if not math.isfinite(float(score)) else float(score),
-                "library_prob": float(values["library"][k]) if r == "library" else None,
-            }
-            reading = readings[r][k]
-            row.update({key: reading.get(key) for key in _KEEP})
-            rows.append(row)
-    return rows
+    say(f"{len(READOUTS)} P(True) readouts of {len(pairs)} (question, answer) pairs")
+    return score_pair_rows(model, pairs, instruct=instruct, continuation_tokens=continuation_tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,11 +158,11 @@ def run_ptrue(
 
 
 def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level: float) -> dict[str, Any]:
-    by_r = {r: [x for x in rows if x["readout"] == r] for r in READOUTS}
+    by_r = {r: [x for x in rows if x["readout"] == r] for r in READOUT_NAMES}
     ref = by_r["library"]
     y = np.asarray([x["label"] for x in ref], dtype=np.float64)
     clusters = cluster_codes([x["item_id"] for x in ref])
-    scores = {r: np.asarray([np.nan if x["score"] is None else x["score"] for x in by_r[r]], dtype=np.float64) for r in READOUTS}
+    scores = {r: np.asarray([np.nan if x["score"] is None else x["score"] for x in by_r[r]], dtype=np.float64) for r in READOUT_NAMES}
     out: dict[str, Any] = {
         "n_pairs": len(ref),
         "n_clusters": int(np.unique(clusters).size) if len(ref) else 0,
@@ -249,7 +171,7 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
         "readouts": {},
         "vs_library": {},
     }
-    for r in READOUTS:
+    for r in READOUT_NAMES:
         ok = np.isfinite(scores[r])
         rs = by_r[r]
         out["readouts"][r] = {
@@ -295,7 +217,7 @@ __all__ = [
     "READOUT_OPTIONS",
     "SETTINGS",
     "constructed_pairs",
-    "measure_positions",
+    "score_pair_rows",
     "own_pairs",
     "parse_settings",
     "run_ptrue",

@@ -61,7 +61,7 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
         f"Model: `{model.get('model_id', '?')}` ({model.get('engine', '?')}, {model.get('dtype', '?')}, {model.get('device', '?')}); "
         f"chat template sha256 `{str(model.get('chat_template_sha256', ''))[:12]}`.",
         f"Items: {cfg.get('n_items', '?')} ({cfg.get('source', '?')}); options {cfg.get('options') or 'per item'}; "
-        f"stem {cfg.get('stem')!r}; floor {summary.get('floor')}; {cfg.get('max_new_tokens', 16)} new tokens per continuation.",
+        f"{stem_text(cfg, summary)}; floor {summary.get('floor')}; {cfg.get('max_new_tokens', 16)} new tokens per continuation.",
         "",
         "## Verdicts",
         "",
@@ -93,18 +93,44 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
         for v, s in summary["variants"].items()
     ])
     if summary.get("ptrue"):
-        lines += ["", "## P(True) readouts", "", "Library = lm-polygraph 0.7.0's own number (log P(True), EOS masked then sanitised); the others are probabilities.", ""]
-        lines += _md_table(["readout", "mean", "downstream"], _ptrue_rows(summary["ptrue"]))
+        lines += ["", "## P(True) readouts", "", PTRUE_NOTE.format(rendering=_ptrue_rendering(summary["ptrue"])), ""]
+        lines += _md_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"]))
     lines += list(extra)
     lines += ["", "Definitions: SPEC §4.1; the rules behind every verdict and class are in `sleight.readout.checks` and `sleight.readout.classify`.", ""]
     return "\n".join(lines)
 
 
+def stem_text(cfg: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The header's stem: the run's, the items' own, or none (never "stem None")."""
+    if cfg.get("stem"):
+        return f"answer stem {cfg['stem']!r}"
+    st = (summary.get("variants") or {}).get("stem") or {}
+    if st.get("n_measured"):
+        return "answer stems per item"
+    if "stem" in (cfg.get("variants") or summary.get("variants") or {}):
+        return "no answer stem (the stem variant is skipped)"
+    return "no answer stem"
+
+
+PTRUE_HEAD = ["readout", "n", "AUROC [95% CI]", "PRR [95% CI]", "options", "median mass", "argmax class"]
+PTRUE_NOTE = (
+    "The prompt {rendering}; the rows are in ptrue.parquet, the same records `sleight readout ptrue --answers constructed` "
+    "writes. Library is lm-polygraph 0.7.0's own number (log P(True), EOS masked); the others are probabilities. "
+    "Intervals: cluster bootstrap over questions."
+)
+
+
+def _ptrue_rendering(section: dict[str, Any]) -> str:
+    return "as one user turn through the chat template" if section.get("instruct", True) else "as a raw string, no chat template"
+
+
 def _ptrue_rows(section: dict[str, Any]) -> list[list[Any]]:
+    from sleight.readout.downstream_report import top_count, with_ci
+
     rows = []
-    for name, v in section.items():
-        d = v.get("downstream") or {}
-        rows.append([name, v.get("mean"), f"{d['metric']} {d['value']:.3f} (n={d['n']})" if d else None])
+    for name, r in (section.get("readouts") or {}).items():
+        mass = (r.get("mass") or {}).get("median")
+        rows.append([r.get("label", name), r.get("n_scored"), with_ci(r.get("auroc")), with_ci(r.get("prr")), " / ".join(r.get("options") or []), mass, top_count(r.get("argmax_class"))])
     return rows
 
 
@@ -150,7 +176,7 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
         "<h1>Readout audit</h1>",
         f"<p>Model <code>{html.escape(str(model.get('model_id', '?')))}</code> ({html.escape(str(model.get('engine', '?')))}, "
         f"{html.escape(str(model.get('dtype', '?')))}, {html.escape(str(model.get('device', '?')))}). Items: {html.escape(str(cfg.get('n_items', '?')))} "
-        f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; stem {html.escape(repr(cfg.get('stem')))}; floor {summary.get('floor')}.</p>",
+        f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.get('floor')}.</p>",
         "<h2>Verdicts</h2>",
         _html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), _badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
     ]
@@ -174,8 +200,8 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
     ]))
     parts.append("</section>")
     if summary.get("ptrue"):
-        parts.append("<section><h2>P(True) readouts</h2><p>Library = lm-polygraph 0.7.0's own number (log P(True), EOS masked then sanitised); the others are probabilities.</p>")
-        parts.append(_html_table(["readout", "mean", "downstream"], _ptrue_rows(summary["ptrue"])) + "</section>")
+        parts.append(f"<section><h2>P(True) readouts</h2><p>{html.escape(PTRUE_NOTE.format(rendering=_ptrue_rendering(summary['ptrue'])))}</p>")
+        parts.append(_html_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"])) + "</section>")
     parts.append(extra_html + "</body></html>")
     return "".join(parts)
 

@@ -82,4 +82,4 @@ def load_source(spec: str, limit: int | None = None) -> list[dict[str, Any]]:
             return triviaqa_records(_load_dataset("mandarjoshi/trivia_qa", "rc.nocontext", split_expr("validation")))
         raise UserError(f"unknown data source '{spec}' (choose hf:race, hf:mmlu[:subject], hf:triviaqa, or a .jsonl/.csv file)")
     recs = load_records(spec)
-    return recs[:limit] if limit else recs
+    return recs[:limit] if limit is not None else recs
