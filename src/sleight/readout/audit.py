@@ -31,10 +31,9 @@ import pyarrow.parquet as pq
 from sleight import rundir
 from sleight.backends import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
 from sleight.readout.checks import MASS_FLOOR, Check, run_checks, summarise
 from sleight.readout.items import AuditItem
-from sleight.readout.measure import SCHEMA, measure, rows_to_table
+from sleight.readout.measure import DEFAULT_ROWS_PER_PASS, SCHEMA, measure, rows_to_table
 from sleight.readout.report import dumps, write_reports
 from sleight.readout.variants import VARIANTS
 from sleight.rundir import RunDir

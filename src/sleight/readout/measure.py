@@ -18,12 +18,12 @@ import pyarrow as pa
 
 from sleight.backends import LanguageModel
 from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
-from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
 from sleight.readout.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.items import AuditItem
 from sleight.readout.variants import Skipped, make_variant, render
 
 MASS_FLOOR = 0.5
+DEFAULT_ROWS_PER_PASS = 16  # contexts decoded together in one greedy pass (bounds memory)
 TOP_TOKENS = 6
 TAIL_CHARS = 80
 

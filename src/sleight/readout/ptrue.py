@@ -41,9 +41,8 @@ import numpy as np
 
 from sleight.backends import LanguageModel
 from sleight.position import OptionSetReading, PositionReading, read_positions, renormalise
-from sleight.readout.batching import DEFAULT_ROWS_PER_PASS
 from sleight.readout.classify import classify_continuation
-from sleight.readout.measure import context_columns, continuations, position_columns
+from sleight.readout.measure import DEFAULT_ROWS_PER_PASS, context_columns, continuations, position_columns
 
 PTRUE_TEMPLATE = (
     "Question: {q}\n Possible answer:{a}\n "

@@ -104,14 +104,6 @@ def _block_sums(x: NDArray[Any], starts: NDArray[np.intp]) -> NDArray[Any]:
     return np.add.reduceat(x, starts, axis=1)
 
 
-def _shift_cumsum(x: NDArray[Any]) -> NDArray[Any]:
-    """Exclusive cumulative sum along axis 1 (sum of the strictly preceding entries)."""
-    out = np.empty_like(x)
-    out[:, 0] = 0
-    np.cumsum(x[:, :-1], axis=1, out=out[:, 1:])
-    return out
-
-
 def _tie_bounds(sorted_rows: NDArray) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     """For each position of row-sorted data, first and last index of its tie block."""
     n = sorted_rows.shape[-1]
