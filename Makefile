@@ -55,7 +55,7 @@ test-fast: install $(VENV)/.server chromium
 check: docs lint
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs/hooks
 	$(BIN)/mypy
 
 # The site, with every warning an error (generated schema, CLI and module pages included).

@@ -106,7 +106,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _own_schema_markdown(schema, notes: dict[str, str]) -> str:
+def _own_schema_markdown(schema, notes=None) -> str:
+    notes = dict(notes or {})
     lines = ["| column | type | meaning |", "|---|---|---|"]
     for field in schema:
         kind = type_name(field.type) + ("" if field.nullable else ", not null")
