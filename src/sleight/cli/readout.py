@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sleight.cli import readout_audit, readout_downstream, readout_estimators, readout_scan
+from sleight.cli import readout_audit, readout_downstream, readout_estimators, readout_forecast_readouts, readout_scan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,3 +18,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     readout_downstream.register(rs)
     readout_scan.register(rs)
     readout_estimators.register(rs)
+    readout_forecast_readouts.register(rs)

@@ -1,0 +1,64 @@
+"""``sleight readout forecast-readouts``: the reader forecast at six readouts, paired intervals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sleight.cli.common import add_model_args, model_from_args
+from sleight.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "forecast-readouts",
+        help="the reader forecast read six ways: original, stem, instruction deleted, another template with and without its stem, the continuation's number",
+        description=(
+            "Run the reader-forecast pipeline (notes, note-only reader, forecast), then read the forecast with the quoted "
+            "instruction deleted, through an alternative template ({note}, {item}) with and without its stem, and from the "
+            "number in the greedy continuation; AUROC/Brier per readout and every pair's paired difference on the same "
+            "bootstrap replicates. Writes forecast_readouts.json and forecast_readouts.md."
+        ),
+    )
+    p.add_argument("--items", help="RACE-style JSONL (id, passage, question, choices[4], answer); default: shipped race_items")
+    p.add_argument("--limit", type=int, help="use only the first N items")
+    p.add_argument("--template", help="alternative forecast template (placeholders {note} and {item}); default: the shipped one")
+    p.add_argument("--template-stem", help="the alternative template's answer stem (default: 'My guess: about ')")
+    p.add_argument("--bootstrap", type=int, default=20000, help="bootstrap replicates (default: 20000)")
+    p.add_argument("--out", default="runs/readout-forecast-readouts", help="output directory")
+    add_model_args(p)
+    p.set_defaults(func=cmd_forecast_readouts)
+
+
+def cmd_forecast_readouts(args: argparse.Namespace) -> int:
+    from sleight.readout.forecast_pipeline import DEFAULT_ITEMS, load_race_items
+    from sleight.readout.forecast_readouts import ALT_STEM, check_alt_template
+
+    items = load_race_items(args.items or DEFAULT_ITEMS, limit=args.limit)
+    template = None
+    if args.template:
+        path = Path(args.template)
+        if not path.is_file():
+            raise UserError(f"template file not found: {path}")
+        template = check_alt_template(path.read_text(encoding="utf-8"), path.name)
+    if args.bootstrap < 1:
+        raise UserError("--bootstrap must be at least 1")
+    model = model_from_args(args)
+    from sleight.readout.forecast_pipeline import run_forecast
+    from sleight.readout.forecast_readouts import extra_readouts, render_markdown, summarise_readouts
+    from sleight.readout.report import dumps
+
+    rows = run_forecast(model, items, status=lambda m: print(m, flush=True))
+    records = extra_readouts(model, items, rows, template=template, stem=args.template_stem or ALT_STEM)
+    summary = summarise_readouts(records, B=args.bootstrap)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "forecast_readouts.json").write_text(dumps({"model": model.info.as_dict(), "records": records, "summary": summary}), encoding="utf-8")
+    (out / "forecast_readouts.md").write_text(render_markdown(summary), encoding="utf-8")
+    print(f"forecast readouts -> {out} ({summary['n_scored']} of {summary['n_items']} items scored)")
+    return 0
+
+
+def load(out_dir: str) -> dict:
+    return json.loads((Path(out_dir) / "forecast_readouts.json").read_text(encoding="utf-8"))

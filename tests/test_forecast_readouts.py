@@ -1,0 +1,66 @@
+"""The forecast's readouts (c)-(f) on the real model, against independent recomputations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sleight.position import encode_continuation
+from sleight.readout.forecast_pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
+from sleight.readout.forecast_readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
+from sleight.readout.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OPTIONS, forecast_prompt
+from sleight.readout.text_parsers import first_grid_value
+
+
+@pytest.fixture(scope="module")
+def run(model):
+    items = load_race_items(DEFAULT_ITEMS, limit=2)
+    rows = run_forecast(model, items, note_max_new_tokens=24)
+    return items, rows, extra_readouts(model, items, rows)
+
+
+def expected(model, context: str) -> float:
+    """Σ int(o)/100 · p_o from each option's full-sequence log-probability, computed separately."""
+    ctx = model.encode(context)
+    lps = [float(np.sum(model.continuation_logprobs(ctx, [encode_continuation(model, context, o)])[0])) for o in FORECAST_OPTIONS]
+    p = np.exp(np.asarray(lps) - max(lps))
+    return float(sum(int(o) / 100 * x for o, x in zip(FORECAST_OPTIONS, p / p.sum())))
+
+
+@pytest.mark.slow
+def test_continuation_readout_equals_an_independent_decode(model, run):
+    items, rows, recs = run
+    for it, r in zip(items, recs):
+        orig = next(x for x in rows if x["item_id"] == it.id and x["position"] == "original")
+        text = model.decode(model.greedy([model.encode(orig["context"])], 16)[0].token_ids)
+        v = first_grid_value(text, FORECAST_OPTIONS)
+        assert r["continuation"] == (0.5 if v is None else int(v) / 100)
+        assert r["continuation_text"] == text
+
+
+@pytest.mark.slow
+def test_deleted_and_alternative_template_scores(model, run):
+    items, rows, recs = run
+    tpl = shipped_alt_template()
+    for it, r in zip(items, recs):
+        note = next(x for x in rows if x["item_id"] == it.id)["note"]
+        prompt = forecast_prompt(note, it.question, it.choices)[0]
+        assert FORECAST_ITEM_INSTRUCTION in prompt
+        deleted = model.render_chat([{"role": "user", "content": prompt.replace("\n" + FORECAST_ITEM_INSTRUCTION, "")}]).text
+        assert r["deleted"] == pytest.approx(expected(model, deleted), abs=1e-4)
+        msgs = [{"role": "user", "content": alt_prompt(tpl, note, it)}]
+        assert r["alt"] == pytest.approx(expected(model, model.render_chat(msgs).text), abs=1e-4)
+        assert r["alt_stem"] == pytest.approx(expected(model, model.render_chat(msgs, prefill="My guess: about ").text), abs=1e-4)
+        assert r["original"] is not None and r["stem"] is not None
+
+
+def test_every_pair_on_the_same_replicates():
+    rng = np.random.default_rng(1)
+    recs = [{"item_id": str(k), "cluster": k // 2, "correct": bool(k % 3), **{name: float(rng.uniform()) for name in READOUTS}} for k in range(12)]
+    recs.append({**recs[0], "item_id": "x", "alt": None})  # undefined somewhere: left out of every readout
+    s = summarise_readouts(recs, B=300)
+    assert s["n_scored"] == 12 and len(s["pairs"]) == 15
+    for pair, d in s["pairs"].items():
+        a, b = pair.split(" - ")
+        assert d["auroc"]["diff"] == pytest.approx(s["readouts"][a]["auroc"]["estimate"] - s["readouts"][b]["auroc"]["estimate"])
+        assert d["auroc"]["n"] == 12
