@@ -56,6 +56,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (judged or not), or a folder of them (a sweep's --out)")
     p.add_argument("--out", type=Path, default=Path("reports/tamper"), help="report directory (default: reports/tamper)")
     p.add_argument("--no-site", action="store_true", help="skip index.html and the viewers")
+    p.add_argument(
+        "--gold",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="people's labels exported by the viewer's labelling mode (repeatable, one file per model): adds each "
+        "juror's and the jury's accuracy and Cohen's kappa per label",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("view", help="serve a report directory on 127.0.0.1 and print its URL", description="Serve REPORT_DIR over HTTP on loopback until Ctrl-C.")
@@ -103,9 +112,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_writable(args.out, "--out")
     runs = find_runs(args.runs, "tamper")  # before the heavy imports: a mistyped run answers at once
+    for g in args.gold:
+        if not g.is_file():
+            from sleight.errors import UserError
+
+            raise UserError(f"gold file {g} does not exist")
     from sleight.reporting.report import write_report
 
-    paths = write_report(runs, args.out, site=not args.no_site)
+    paths = write_report(runs, args.out, site=not args.no_site, gold=args.gold)
     print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
     print("plots:   " + ", ".join(str(p) for p in paths.plots))
     if paths.index:

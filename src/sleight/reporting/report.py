@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
 from tqdm.auto import tqdm
 
 from sleight.errors import UserError
@@ -115,14 +116,49 @@ def sections(runs: Sequence[RunData]) -> list[Section]:
     ]
 
 
-def write_report(run_dirs: Sequence[Path], out: Path, *, site: bool = True, progress: bool = True) -> ReportPaths:
-    """Every output of the report for ``run_dirs`` (one run per model) under ``out``."""
+def gold_section(runs: Sequence[RunData], gold_files: Sequence[Path]) -> Section | None:
+    """Each juror's and the jury's agreement with people's labels (``--gold FILE``), per label."""
+    if not gold_files:
+        return None
+    from sleight.tamper.gold import GOLD_COLUMNS, gold_agreement, read_gold
+
+    by_model = {r.model: r for r in runs}
+    frames = []
+    for path in gold_files:
+        g = read_gold(Path(path))
+        run = by_model.get(g.model) or (runs[0] if len(runs) == 1 and not g.model else None)
+        if run is None:
+            raise UserError(f"gold file {path} labels model '{g.model}', which none of the runs is ({', '.join(by_model)})")
+        if run.verdicts is None:
+            raise UserError(f"gold file {path}: run {run.run_dir} is not judged yet, so there is nothing to compare the people with")
+        frames.append(gold_agreement(run.model, g.labels, run.votes, run.verdicts, run.jury))
+    return Section(
+        "gold",
+        "Agreement with people (human gold subset)",
+        pd.concat(frames, ignore_index=True),
+        GOLD_COLUMNS,
+        "Per label, each juror's and the jury's agreement with people's labels on the trials they labelled "
+        "(sleight tamper gold draws them, stratified by the jury's labels; the viewer's labelling mode exports them). "
+        "n: labelled trials where the rater voted (abstentions and labels without majority are Not voted, not "
+        "disagreements); Accuracy: share of those where rater and people agree; κ: Cohen's κ (— when undefined: "
+        "every label in one category).",
+    )
+
+
+def write_report(
+    run_dirs: Sequence[Path], out: Path, *, site: bool = True, progress: bool = True, gold: Sequence[Path] = ()
+) -> ReportPaths:
+    """Every output of the report for ``run_dirs`` (one run per model) under ``out``; ``gold``:
+    people's label files to compare the jury with."""
     if not run_dirs:
         raise UserError("give at least one run directory to report on")
     runs = load_runs([Path(d) for d in run_dirs])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     secs = sections(runs)
+    gold_sec = gold_section(runs, gold)
+    if gold_sec is not None:
+        secs.append(gold_sec)
     preamble = jury_preamble(runs)
     paths = ReportPaths(out, out / "leaderboard.md", out / "leaderboard.tex")
     paths.markdown.write_text(to_markdown(secs, "Sleight of Word — results", preamble), encoding="utf-8")

@@ -22,7 +22,8 @@ import pandas as pd
 from sleight.reporting.export import Section
 from sleight.reporting.runs import RunData
 from sleight.reporting.tables import fmt, lexical_flags
-from sleight.tamper.jury import LABELS
+from sleight.tamper.jury import DEFINITIONS, LABELS
+from sleight.tamper.gold import load_sample
 from sleight.tamper.jury_run import answers_for
 
 TokenTexts = Callable[[Sequence[int]], list[str]]
@@ -144,6 +145,9 @@ def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any],
         "questions": questions,
         "files": files,
         "rows": rows,
+        "slug": slug(run.model),
+        "definitions": DEFINITIONS,
+        "gold": [list(k) for k in load_sample(run.run_dir)],  # the trials drawn by 'tamper gold', for the labelling mode
     }
     votes: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for v in run.votes.to_dict("records"):
@@ -304,6 +308,8 @@ def write_viewer(models_dir: Path, s: str, run: RunData, texts: TokenTexts | Non
 <label>question<select id="f-question"><option value="">all</option></select></label>
 <label>substitute<input id="f-sub" list="subs" placeholder="any word"><datalist id="subs"></datalist></label>
 <span id="count" class="note"></span>
+<span class="labelling"><button id="label-mode" type="button" title="label trials yourself: the jury's votes are hidden, four checkboxes per trial, exported as a JSON file for 'sleight tamper report --gold'">labelling mode</button>
+<button id="gold-export" type="button" hidden>export labels</button> <span id="gold-count" class="note"></span></span>
 </div>
 <div class="layout">
 <div id="trial-list"><table><thead><tr><th>q</th><th>substitute</th><th>swaps</th><th class="text">labels</th></tr></thead><tbody></tbody></table></div>
