@@ -180,7 +180,36 @@ SLOW = [
 ]
 
 # ---- rows of the run-directory helper (truncated or empty Parquet parts, ...) go here ----------
-RUN_DIRECTORY: list[Fault] = []
+_MANIFEST = '{"format": "sleight-run", "version": 1, "kind": "tamper", "config": {"substitutes": {"n": 3}}, "units": 2}'
+_FORECAST_MANIFEST = '{"format": "sleight-run", "version": 1, "kind": "forecast", "config": {}, "units": 1}'
+RUN_DIRECTORY: list[Fault] = [
+    Fault("report-truncated-part", ("tamper", "report", "{tmp}/r", "--out", "{tmp}/rep"), "r/trials.parquet/00000-q001.parquet is damaged (unreadable",
+          files={"r/manifest.json": _MANIFEST, "r/trials.parquet/00000-q001.parquet": b"PAR1\x15\x04\x15\x30\x15"}),
+    Fault("report-empty-part", ("tamper", "report", "{tmp}/r", "--out", "{tmp}/rep"), "r/trials.parquet/00000-q001.parquet is damaged (empty file)",
+          files={"r/manifest.json": _MANIFEST, "r/trials.parquet/00000-q001.parquet": b""}),
+    Fault("judge-truncated-part", ("tamper", "judge", "--run", "{tmp}/r", "--jury", "openai:http://127.0.0.1:9/v1#j"), "is damaged (unreadable",
+          files={"r/manifest.json": _MANIFEST, "r/trials.parquet/00000-q001.parquet": b"PAR1PAR1"}),
+    Fault("manifest-not-json", ("tamper", "report", "{tmp}/r", "--out", "{tmp}/rep"), "r/manifest.json is not valid JSON",
+          files={"r/manifest.json": '{"format": "sleight-run", '}),
+    Fault("manifest-newer-format", ("tamper", "report", "{tmp}/r", "--out", "{tmp}/rep"), "is format version 99",
+          files={"r/manifest.json": '{"format": "sleight-run", "version": 99, "kind": "tamper"}'}),
+    Fault("rescore-damaged-readings", ("readout", "forecast", "--out", "{tmp}/f", "--rescore", *NO_MODEL), "f/readings.parquet is damaged (empty file)",
+          files={"f/manifest.json": _FORECAST_MANIFEST, "f/readings.parquet": b""}),
+    Fault("rescore-other-kind", ("readout", "ptrue", "--out", "{tmp}/f", "--rescore", *NO_MODEL), "holds a 'forecast' run, not 'ptrue'",
+          files={"f/manifest.json": _FORECAST_MANIFEST}),
+    Fault("judge-not-a-run", ("tamper", "judge", "--run", "{tmp}/e", "--jury", "openai:http://127.0.0.1:9/v1#j"), "is neither a tamper run directory nor a folder of them",
+          files={"e/notes.txt": "x"}),
+    Fault("report-run-missing", ("tamper", "report", "{tmp}/nowhere", "--out", "{tmp}/rep"), "run directory {tmp}/nowhere does not exist"),
+    Fault("out-not-a-run", ("tamper", "run", "--out", "{tmp}/o", "--questions", "1", *NO_MODEL), "is not empty and holds no manifest.json", files={"o/mine.txt": "x"}),
+    Fault("shard-not-k-of-n", ("tamper", "run", "--shard", "two", "--out", "{tmp}/o", *NO_MODEL), "--shard must be K/N", absent=("o",)),
+    Fault("shard-k-too-large", ("tamper", "run", "--shard", "3/2", "--out", "{tmp}/o", *NO_MODEL), "--shard 3/2: need 1 <= K <= N", absent=("o",)),
+    Fault("sweep-zero-shards", ("tamper", "sweep", "--models", "a,b", "--shards", "0", "--out", "{tmp}/s"), "--shards must be at least 1", absent=("s",)),
+    Fault("sweep-same-name-twice", ("tamper", "sweep", "--models", "m,m", "--out", "{tmp}/s"), "would both write", absent=("s",)),
+    Fault("sweep-ray-and-no-ray", ("tamper", "sweep", "--models", "m", "--ray", "auto", "--no-ray", "--out", "{tmp}/s"), "give --ray ADDRESS or --no-ray, not both"),
+    Fault("sweep-bad-questions", ("tamper", "sweep", "--models", "m", "--questions-file", "{tmp}/none.jsonl", "--no-ray", "--out", "{tmp}/s"), "file not found: {tmp}/none.jsonl"),
+    Fault("shard-other-config", ("tamper", "run", "--out", "{run}", "--shard", "2/2", "--trigger", "a", "--questions", "2", "--substitutes", "3", "--max-new-tokens", "48"),
+          "different config (trigger: 'the' there, 'a' here)", run=True),
+]
 
 # ---- rows of the jury helper (judge transport faults, no vote cast, ...) go here ---------------
 JURY: list[Fault] = []

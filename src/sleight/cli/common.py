@@ -14,9 +14,11 @@ from sleight.backends import DEFAULT_MODEL, ENGINES
 from sleight.errors import UserError
 
 
-def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128) -> None:
-    """The flags every model-using command shares."""
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, folder, .gguf file or hub id (default: {DEFAULT_MODEL})")
+def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: bool = True) -> None:
+    """The flags every model-using command shares (``model=False``: all but ``--model``, for a
+    command that takes several models)."""
+    if model:
+        p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, folder, .gguf file or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--engine", default="hf", choices=ENGINES, help="inference engine (default: hf)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument(

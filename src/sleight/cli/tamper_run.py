@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sleight.cli.common import add_model_args, check_writable
 from sleight.errors import UserError
@@ -22,12 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "a killed run resumes where it stopped when started again with the same command."
         ),
     )
-    p.add_argument("--questions", type=int, default=None, metavar="N", help="use only the first N questions (default: all)")
-    p.add_argument("--substitutes", type=int, default=None, metavar="N", help="use only the first N substitutes (default: all 101)")
-    p.add_argument("--questions-file", type=Path, default=None, metavar="FILE", help='JSONL of {"id": ..., "question": ...} (default: the shipped 100)')
-    p.add_argument("--substitutes-file", type=Path, default=None, metavar="FILE", help="one substitute per line, '#' comments; the first is the entity condition (default: the shipped 101)")
-    p.add_argument("--trigger", default="the", metavar="WORD", help="the word swapped whenever the model writes it (default: the)")
-    p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply budget, injected tokens included (default: 256)")
+    add_trial_args(p)
     p.add_argument("--out", type=Path, default=None, metavar="RUN_DIR", help="run directory (default: runs/<model-name>)")
     p.add_argument(
         "--shard", default=None, metavar="K/N",
@@ -35,14 +32,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(other processes or machines) into one --out, which then holds exactly the records of one unsharded run",
     )
     p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a run is resumed, and a different config refused)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_model_args(p)
+    p.set_defaults(func=cmd_run)
+
+
+def add_trial_args(p: argparse.ArgumentParser) -> None:
+    """The flags that decide a run's trials (shared by ``tamper run`` and ``tamper sweep``)."""
+    p.add_argument("--questions", type=int, default=None, metavar="N", help="use only the first N questions (default: all)")
+    p.add_argument("--substitutes", type=int, default=None, metavar="N", help="use only the first N substitutes (default: all 101)")
+    p.add_argument("--questions-file", type=Path, default=None, metavar="FILE", help='JSONL of {"id": ..., "question": ...} (default: the shipped 100)')
+    p.add_argument("--substitutes-file", type=Path, default=None, metavar="FILE", help="one substitute per line, '#' comments; the first is the entity condition (default: the shipped 101)")
+    p.add_argument("--trigger", default="the", metavar="WORD", help="the word swapped whenever the model writes it (default: the)")
+    p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply budget, injected tokens included (default: 256)")
     p.add_argument(
         "--decoding", default=None, choices=["lockstep", "two-phase"],
         help="lockstep: swap triggers during decoding (hf); two-phase: decide the tokens by greedy requests, then score "
         "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_model_args(p)
-    p.set_defaults(func=cmd_run)
 
 
 def default_out(model_spec: str) -> Path:
@@ -58,8 +65,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def execute(args: argparse.Namespace) -> list[str]:
-    """``tamper run`` without printing: the summary lines (a sweep task calls this in its worker)."""
+@dataclass
+class Prepared:
+    """A ``tamper run`` checked and ready, before any model is loaded."""
+
+    out: Path
+    store: Any  # sleight.tamper.store.RunStore
+    shard: Any  # sleight.rundir.Shard
+    questions: list[Any]
+    substitutes: list[str]
+    sources: tuple[str, str]
+    config: Any  # sleight.tamper.engine.TamperConfig
+    decoding: str
+    mine: list[int]  # this shard's question indices
+    left: bool  # whether any of them is still to do
+
+    def nothing_to_do(self) -> str:
+        """Record the (no-op) session that may complete the run, and say so in one line."""
+        if not (self.store.read_manifest() or {}).get("completed"):
+            self.store.run.record_session(self.shard, completed=True)
+        n = len(self.mine) * len(self.substitutes)
+        what = f"{n} trials" if self.shard.whole else f"shard {self.shard}: {n} trials"
+        return f"{what} already in {self.out}; this session: 0 question(s), nothing to do"
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Everything before the model: inputs validated, the output checked, a different config refused,
+    the committed parts verified (a sweep's driver calls this for every task before scheduling)."""
     from sleight.rundir import parse_shard
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.trigger import validate_word
@@ -79,7 +111,7 @@ def execute(args: argparse.Namespace) -> list[str]:
 
     from sleight.cli.common import resolved_dtype
     from sleight.tamper.engine import TamperConfig
-    from sleight.tamper.runner import run_config, run_tamper, trigger_note
+    from sleight.tamper.runner import run_config
     from sleight.tamper.store import RunStore
 
     config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
@@ -89,13 +121,20 @@ def execute(args: argparse.Namespace) -> list[str]:
     cfg = run_config(args.model, args.engine, resolved_dtype(args), config, questions, substitutes, qsrc, ssrc, decoding)
     store.check_config(cfg, overwrite=getattr(args, "overwrite", False))
     mine = shard.indices(len(questions))
-    if store.read_manifest() is not None and store.done(mine) >= set(mine):
-        if not (store.read_manifest() or {}).get("completed"):
-            store.run.record_session(shard, completed=True)  # it may be the session that completes the run
-        what = f"{len(questions) * len(substitutes)} trials" if shard.whole else f"shard {shard}: {len(mine) * len(substitutes)} trials"
-        return [f"{what} already in {out}; this session: 0 question(s), nothing to do"]
+    left = store.read_manifest() is None or not store.done(mine) >= set(mine)
+    return Prepared(Path(out), store, shard, questions, substitutes, (qsrc, ssrc), config, decoding, mine, left)
 
+
+def execute(args: argparse.Namespace) -> list[str]:
+    """``tamper run`` without printing: the summary lines (a sweep task calls this in its worker)."""
     from sleight.cli.common import model_from_args
+    from sleight.tamper.runner import run_tamper, trigger_note
+
+    prep = prepare(args)
+    if not prep.left:
+        return [prep.nothing_to_do()]
+    out, shard, questions, substitutes, config, decoding = prep.out, prep.shard, prep.questions, prep.substitutes, prep.config, prep.decoding
+    qsrc, ssrc = prep.sources
 
     model = model_from_args(args)
     summary = run_tamper(
