@@ -61,9 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _items_from_args(args: argparse.Namespace):
     """Validated items and the config (no model needed)."""
-    from sleight.readout.audit import AuditConfig
     from sleight.readout.items import load_items, parse_options, resolve_options
-    from sleight.readout.presets import preset_defaults, preset_items
     from sleight.readout.variants import parse_variants
 
     if bool(args.items) == bool(args.preset):
@@ -79,6 +77,7 @@ def _items_from_args(args: argparse.Namespace):
     run_options = parse_options(args.options) if args.options is not None else None
     stem = args.stem
     if args.preset:
+        from sleight.readout.presets import preset_defaults, preset_items
         from sleight.readout.sources import load_source
 
         records = load_source(args.data, limit=args.limit) if args.data else None
@@ -104,6 +103,8 @@ def _items_from_args(args: argparse.Namespace):
         source = str(path)
         name = path.stem
     items = resolve_options(items, run_options)
+    from sleight.readout.audit import AuditConfig  # pandas and pyarrow: only once the inputs are good
+
     config = AuditConfig(
         source=source,
         preset=args.preset,
@@ -118,9 +119,9 @@ def _items_from_args(args: argparse.Namespace):
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    items, config, name = _items_from_args(args)
     from sleight.readout.audit import run_audit
 
-    items, config, name = _items_from_args(args)
     out = check_writable(args.out or f"runs/readout-{name}", "--out")
     if args.threads:
         import torch

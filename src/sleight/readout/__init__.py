@@ -10,12 +10,29 @@ Public API (the CLI ``sleight readout audit|compare|report`` is a thin layer ove
 See the README (Readout audit) for the output schema and the rules behind every class and verdict.
 """
 
-from sleight.readout.audit import AuditConfig, AuditResult, finalise, load_readings, run_audit
-from sleight.readout.checks import Check, run_checks, summarise
-from sleight.readout.items import AuditItem, load_items, parse_options, resolve_options
-from sleight.readout.measure import SCHEMA, measure, renormalised_score
-from sleight.readout.presets import preset_items
-from sleight.readout.variants import SUBSTITUTES, VARIANTS
+from importlib import import_module
+from typing import Any
+
+# Imported on first use (PEP 562), so that loading one light submodule (the items loader, on the
+# CLI's input-checking path) does not pull pandas and pyarrow in through the audit.
+_LAZY = {
+    **dict.fromkeys(("AuditConfig", "AuditResult", "finalise", "load_readings", "run_audit"), "sleight.readout.audit"),
+    **dict.fromkeys(("Check", "run_checks", "summarise"), "sleight.readout.checks"),
+    **dict.fromkeys(("AuditItem", "load_items", "parse_options", "resolve_options"), "sleight.readout.items"),
+    **dict.fromkeys(("SCHEMA", "measure", "renormalised_score"), "sleight.readout.measure"),
+    "preset_items": "sleight.readout.presets",
+    **dict.fromkeys(("SUBSTITUTES", "VARIANTS"), "sleight.readout.variants"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sleight.readout' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 __all__ = [
     "SCHEMA",
