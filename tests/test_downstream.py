@@ -19,6 +19,8 @@ from sleight.readout.ptrue import ptrue_prompt
 from sleight.readout.ptrue_answers import judge_answer, load_qa_items
 from sleight.stats import auroc, brier, paired_bootstrap, prr
 
+pytestmark = pytest.mark.slow  # the forecast and P(True) commands end to end
+
 B = 400  # bootstrap replicates in these runs (the default is 20,000)
 N_FORECAST, N_PTRUE = 4, 2
 

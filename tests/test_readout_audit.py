@@ -14,6 +14,8 @@ from sleight.readout.audit import AuditConfig, run_audit
 from sleight.readout.measure import SCHEMA
 from sleight.readout.presets import FORECAST_STEM, preset_items
 
+pytestmark = pytest.mark.slow  # audit runs with a crash and resume, the CLI
+
 VARIANTS = ("original", "stem", "deleted_choices")
 PUBLIC = [
     "item_id", "variant", "context_tail", "ends_with_whitespace", "boundary_preserved", "option_mass",

@@ -12,6 +12,8 @@ from sleight.position import encode_continuation
 from sleight.readout.items import item_from_record
 from sleight.readout.measure import measure
 
+pytestmark = pytest.mark.slow  # the audit's measurement of 8 contexts on the real model
+
 PAREN = item_from_record({"id": "paren", "prompt": "Pick one: (A) yes or (B) no.", "options": [" (A)", " (B)"], "stem": "The answer is"}, "t")
 TF = item_from_record({"id": "tf", "prompt": "Is water wet? Answer True or False.", "options": ["True", "False"], "stem": "Out of 100 such readers, about "}, "t")
 NEW = 8  # continuation budget (the audit's default is 16; the rule is the same)

@@ -8,6 +8,8 @@ import pytest
 from sleight.position import encode_continuation
 from sleight.readout.ptrue import MOVED_STEM, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
 
+pytestmark = pytest.mark.slow  # P(True) readouts and generate() on the real model
+
 QS = ["What is the capital of Germany?", "How many legs does a dog have?"]
 AS = ["Berlin", "six"]
 
