@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         resolved = resolve(spec)
         hf = HFModel(resolved, device=args.device, dtype=args.dtype)
         where = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
-        print(f"model {resolved.model_id}{' (random weights, seed %d)' % args.seed if args.random_init else ''}; "
+        weights = f" (random weights, seed {args.seed})" if args.random_init else ""
+        print(f"model {resolved.model_id}{weights}; "
               f"hf engine on {where}, {args.dtype}, torch {torch.__version__}")
         vm = None
         if args.device.startswith("cuda") and not args.no_vllm:

@@ -14,7 +14,6 @@ from sleight.backends import vllm as adapter
 from sleight.errors import UserError
 from sleight.tamper import engine, two_phase
 from sleight.tamper.data import load_questions
-
 from vllm_standin import LLM, CompletionOutput, SamplingParams, VLLMValidationError, module
 
 

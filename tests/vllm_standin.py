@@ -136,7 +136,7 @@ class Call:
 class LLM:
     """``vllm.LLM(model, **kwargs)``; every ``generate`` call is recorded in ``calls``."""
 
-    instances: list["LLM"] = []
+    instances: list[LLM] = []
 
     def __init__(self, model: str, *, hf: Any, block_size: int = 16, **kwargs: Any) -> None:
         self.model = model

@@ -9,8 +9,9 @@ never import an engine directly.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -129,7 +130,7 @@ class Scored:
     entropy: np.ndarray  # (n,) float32
 
     @classmethod
-    def empty(cls, k: int) -> "Scored":
+    def empty(cls, k: int) -> Scored:
         return cls([], np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k), np.float32), np.zeros(0, np.float32))
 
 

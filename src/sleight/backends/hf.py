@@ -8,15 +8,15 @@ anywhere in a row, not only at its left end.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from sleight.backends.base import Completion, Edit, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
-from sleight.backends.tokens import HFTokenizerOps
 from sleight.backends.resolve import ResolvedModel
+from sleight.backends.tokens import HFTokenizerOps
 from sleight.errors import UserError
 
 
@@ -107,7 +107,7 @@ class HFModel(HFTokenizerOps):
             self.model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=_DTYPES[dtype])
         except OSError as exc:
             raise UserError(f"could not load model '{resolved.spec}': {exc}") from None
-        self.model.to(self.device).eval()
+        self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers types .to() as a decorator
         self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -179,8 +179,8 @@ class HFModel(HFTokenizerOps):
             logits, _ = self._forward(ids, mask, pos, last_only=True)
             lp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)
             ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
-            tv, ti = torch.topk(lp, min(top_k, lp.shape[-1]), dim=-1) if top_k > 0 else (lp[:, :0], lp[:, :0].long())
-            tv, ti = tv.double().cpu().numpy(), ti.cpu().numpy()
+            tv_t, ti_t = torch.topk(lp, min(top_k, lp.shape[-1]), dim=-1) if top_k > 0 else (lp[:, :0], lp[:, :0].long())
+            tv, ti = tv_t.double().cpu().numpy(), ti_t.cpu().numpy()
             for b, want in enumerate(asked[start : start + self.batch_size]):
                 got = lp[b, torch.tensor(list(want), dtype=torch.long, device=lp.device)] if want else lp[b, :0]
                 out.append(NextToken(got.double().cpu().numpy(), ti[b].astype(np.int64), tv[b], float(ent[b])))
@@ -261,10 +261,10 @@ class HFModel(HFTokenizerOps):
                 tlogits, _ = self._forward(tid, torch.cat([pre, tmask], 1), tpos, _repeat_cache(cache, len(chunk)))
                 lp = torch.log_softmax(tlogits.float(), dim=-1)
                 ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
-                tv, ti = torch.topk(lp, top_k, dim=-1)
+                tv_t, ti_t = torch.topk(lp, top_k, dim=-1)
                 want, _, _ = self._padded([t[2] for t in chunk], "right")
                 tok_lp = lp.gather(-1, want[..., None])[..., 0].double().cpu().numpy()
-                ti, tv = ti.cpu().numpy(), tv.cpu().numpy()
+                ti, tv = ti_t.cpu().numpy(), tv_t.cpu().numpy()
                 for b, (i, fed, _) in enumerate(chunk):
                     n = len(fed)
                     parts[i].append((tok_lp[b, :n], ti[b, :n], tv[b, :n], ent[b, :n]))
@@ -453,7 +453,7 @@ class HFModel(HFTokenizerOps):
             logits = logits[:, -1, :]
         return [row.generation(top_k) for row in rows]
 
-    def _apply_edit(self, row: "_Row", edit: Edit, max_new: int, b: int, dist: "_StepDist", history, r: int, col: int, mask_off) -> None:
+    def _apply_edit(self, row: _Row, edit: Edit, max_new: int, b: int, dist: _StepDist, history, r: int, col: int, mask_off) -> None:
         """Retract, then accept the first forced token now and queue the rest (within the budget).
 
         The first forced token takes the position of the first retracted one, so its log-prob is
@@ -493,7 +493,7 @@ class _StepDist:
     def __init__(self, step, lp, top_ids, top_lp, ent, top=None):
         self.step, self.lp, self.top_ids, self.top_lp, self.ent, self.top = step, lp, top_ids, top_lp, ent, top
 
-    def accept(self, row: "_Row", b: int, tok: int, forced: bool, col: int) -> None:
+    def accept(self, row: _Row, b: int, tok: int, forced: bool, col: int) -> None:
         tids, tlp, ent = self.top if self.top is not None else (self.top_ids[b], self.top_lp[b], float(self.ent[b]))
         row.accept(tok, float(self.lp[b, tok]), tids, tlp, ent, forced, self.step)
         row.cache_pos.append(col)

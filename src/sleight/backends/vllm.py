@@ -24,7 +24,8 @@ CUDA build of torch; without it the import fails and the engine is a one-line :c
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -313,11 +314,11 @@ class VLLMModel(HFTokenizerOps):
         decoder (per-step surgery is what vLLM cannot serve; the tamper sweep uses two-phase)."""
         if hook is not None:
             return self.twin.greedy(prompts, max_new_tokens, hook=hook, forced=forced, top_k=top_k, progress=progress)
-        forced = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
-        outs = self.generate_until([list(p) + f for p, f in zip(prompts, forced)], [max_new_tokens - len(f) for f in forced], progress=progress)
+        heads = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
+        outs = self.generate_until([list(p) + f for p, f in zip(prompts, heads)], [max_new_tokens - len(f) for f in heads], progress=progress)
         gens = []
-        for p, f, o in zip(prompts, forced, outs):
-            sc = self.score_tokens(p, [f + o.token_ids], top_k=top_k)[0]
+        for p, f, o in zip(prompts, heads, outs):
+            sc = self.score_tokens(p, [f + list(o.token_ids)], top_k=top_k)[0]
             gens.append(
                 Generation(
                     token_ids=sc.token_ids,

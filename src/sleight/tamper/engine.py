@@ -11,8 +11,8 @@ The prefix records (log-probs, top-k, entropy) are the clean run's own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Reply:
     finish_reason: str  # "stop" | "length"
 
     @classmethod
-    def from_generation(cls, gen: Generation) -> "Reply":
+    def from_generation(cls, gen: Generation) -> Reply:
         return cls(
             token_ids=list(gen.token_ids),
             logprobs=np.asarray(gen.logprobs, dtype=np.float64),
@@ -54,12 +54,12 @@ class Reply:
             finish_reason=gen.finish_reason,
         )
 
-    def head(self, n: int) -> "Reply":
+    def head(self, n: int) -> Reply:
         return Reply(
             self.token_ids[:n], self.logprobs[:n], self.top_ids[:n], self.top_logprobs[:n], self.entropy[:n], self.injected[:n], self.finish_reason
         )
 
-    def then(self, tail: "Reply") -> "Reply":
+    def then(self, tail: Reply) -> Reply:
         """This reply's records followed by ``tail``'s (the finish reason is the tail's)."""
         return Reply(
             self.token_ids + tail.token_ids,

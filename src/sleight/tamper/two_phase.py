@@ -24,8 +24,8 @@ same objects, so a run records the same tables whichever path made it.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from sleight.tamper.trigger import find_pending_trigger, is_word_end, is_word_st
 
 DECODINGS = ("lockstep", "two-phase")
 
-_STOPS: "weakref.WeakKeyDictionary[object, dict[str, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
+_STOPS: weakref.WeakKeyDictionary[object, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 
 
 def trigger_stop_ids(model: LanguageModel, word: str) -> tuple[int, ...]:
@@ -225,6 +225,6 @@ def batched_trials(
     scored = model.score_tokens(prompt, [r.reply for r in rows], top_k=config.top_k)
     trials = []
     for i, (s, r, sc) in enumerate(zip(substitutes, rows, scored)):
-        reply, dis = _reply(sc, r.injected, r.finish)
-        trials.append(Trial(i, s, reply, r.substitutions, disagreements=dis, cost=r.cost))
+        final, dis = _reply(sc, r.injected, r.finish)
+        trials.append(Trial(i, s, final, r.substitutions, disagreements=dis, cost=r.cost))
     return trials
