@@ -6,7 +6,8 @@ them the token half of :class:`sleight.backends.base.LanguageModel`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sleight.backends.base import Rendered
 from sleight.errors import UserError
