@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -118,7 +119,7 @@ class FaultServer:
     def spec(self, model: str) -> str:
         return f"openai:{self.base_url}#{model}"
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         self.thread.start()
         return self
 

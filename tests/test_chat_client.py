@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from fault_server import Answer, FaultServer, reply
 
+from fault_server import Answer, FaultServer, reply
 from sleight.backends.chat import OpenAIChat, read_choice, retry_after_s
 from sleight.errors import UserError
 

@@ -13,13 +13,13 @@ import warnings
 
 import pandas as pd
 import pytest
+
 from chromium import Chromium, Page, chromium_binary
 from report_artifacts import judged_report
-from tamper_artifacts import sleight
-
 from sleight.errors import UserError
 from sleight.tamper import gold, jury_store
 from sleight.tamper.jury import LABELS
+from tamper_artifacts import sleight
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tamper_artifacts import copy_run, real_run, sleight
 
 from sleight.tamper import jury_store
 from sleight.tamper.judged import judged_trials, load_run_trials
 from sleight.tamper.jury import LABELS, judge_messages
 from sleight.tamper.jury_run import case_of
+from tamper_artifacts import copy_run, real_run, sleight
 
 JUROR = "smollm2-135m-instruct"
 pytestmark = pytest.mark.slow  # the default model votes on every trial, then a second copy checks it

@@ -23,9 +23,10 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from sleight.errors import UserError
 

@@ -8,8 +8,9 @@ only the votes not yet written.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 from sleight.backends.chat import LocalChat, Messages, OpenAIChat
 from sleight.errors import UserError

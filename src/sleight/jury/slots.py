@@ -13,7 +13,8 @@ being read where it was about to write something else (the readout audit applied
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa

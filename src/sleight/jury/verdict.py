@@ -8,8 +8,9 @@ decides with its single vote (and is reported as a jury of one). Agreement is ac
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ GOLD_FORMAT = "sleight-gold"
 GOLD_VERSION = 1
 
 
-def stratum(row: Mapping[str, Any]) -> str:
+def stratum(row: Mapping[Any, Any]) -> str:
     """The jury's labels of one trial as a stratum name: ``flagged=T corrected=F ...`` (``?`` = no majority)."""
     def one(v: Any) -> str:
         return "?" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else ("T" if bool(v) else "F")
@@ -63,7 +64,7 @@ def draw_sample(verdicts: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
         raise UserError(f"--sample must be at least 1 (got {n})")
     df = verdicts.reset_index(drop=True).copy()
     df["stratum"] = [stratum(r) for r in df.to_dict("records")]
-    sizes = df["stratum"].value_counts().to_dict()
+    sizes = {str(k): int(v) for k, v in df["stratum"].value_counts().items()}
     take = allocate(sizes, n)
     rng = np.random.default_rng(seed)
     picked: list[int] = []

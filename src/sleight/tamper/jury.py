@@ -8,10 +8,10 @@ stored, and combined) is :mod:`sleight.jury`; :mod:`sleight.tamper.jury_run` ask
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping, Sequence
 
 from sleight.errors import UserError
 from sleight.jury.ballot import Ballot, Field

@@ -14,22 +14,19 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import statistics
-import sys
-import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
-from tqdm.auto import tqdm
+from typing import Any
 
 from sleight.backends.chat import ChatModel, load_chat
 from sleight.errors import UserError
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, resolve_mode
-from sleight.jury.slots import MASS_FLOOR
+from sleight.jury.runner import JurorStats, run_juror
+from sleight.jury.runner import no_vote_line as _no_vote_line
 from sleight.tamper import jury_store
 from sleight.tamper.judged import judged_trials, load_run_trials
 from sleight.tamper.jury import BALLOT, LABELS, PROMPT_VARIANTS, Case, accepted_answers, judge_messages, parse_jury
@@ -37,36 +34,7 @@ from sleight.tamper.jury import BALLOT, LABELS, PROMPT_VARIANTS, Case, accepted_
 Loader = Callable[[str], ChatModel]
 
 
-@dataclass
-class JurorSummary:
-    juror: str
-    vote: str = ""  # how this juror votes: slots, schema or text
-    asked: int = 0  # votes requested in this call
-    skipped: int = 0  # already stored
-    abstained: int = 0  # of the asked: unparsable after the retry, or a transport error
-    retried: int = 0
-    errors: int = 0
-    seconds: float = 0.0
-    paths: dict[str, int] = field(default_factory=dict)  # votes per path that produced them
-    masses: list[float] = field(default_factory=list)  # slot masses of this call's votes
-    last_error: str | None = None
-
-    @property
-    def cast(self) -> int:
-        """Valid votes cast in this call."""
-        return self.asked - self.abstained
-
-    @property
-    def votes_per_s(self) -> float:
-        return self.asked / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def median_mass(self) -> float | None:
-        return statistics.median(self.masses) if self.masses else None
-
-    @property
-    def below_floor(self) -> int:
-        return sum(m < MASS_FLOOR for m in self.masses)
+JurorSummary = JurorStats  # the per-juror counts of one judge call
 
 
 @dataclass
@@ -221,46 +189,23 @@ def judge_runs(
     return summary
 
 
-def _ask(judge: Any, js: JurorSummary, todo: list[tuple[_Run, dict[str, Any]]], variant: str, *, max_tokens: int, batch: int, progress: bool) -> None:
+def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], variant: str, *, max_tokens: int, batch: int, progress: bool) -> None:
     """Cast one juror's votes on ``todo`` and commit them ``batch`` at a time, per run."""
     convs = [judge_messages(case_of(t), variant) for _, t in todo]
-    start = time.perf_counter()
-    desc = f"judge {_short(js.juror)} ({judge.mode})"
-    bar = tqdm(total=len(todo), desc=desc, unit="vote", dynamic_ncols=True) if progress and sys.stderr.isatty() else None
-    touched: list[_Run] = []
+    runs = {id(run): run for run, _ in todo}
 
-    def report(committed: bool) -> None:
-        elapsed = time.perf_counter() - start
-        rate = js.asked / elapsed if elapsed > 0 else 0.0
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(abstained=js.abstained, votes_s=f"{rate:.2f}")
-        elif progress and committed:  # off a terminal: one plain line per committed batch
-            print(f"{desc}: {js.asked}/{len(todo)} votes, {js.abstained} abstained, {rate:.2f} votes/s", file=sys.stderr, flush=True)
+    def collect(i: int, cast: Cast) -> int:
+        run, trial = todo[i]
+        run.pending.append(vote_row(trial, js.juror, variant, cast))
+        return id(run)
 
-    try:
-        for i, cast in judge.cast(convs, BALLOT, max_tokens=max_tokens):
-            run, trial = todo[i]
-            run.pending.append(vote_row(trial, js.juror, variant, cast))
-            if run not in touched:
-                touched.append(run)
-            js.asked += 1
-            js.abstained += cast.abstained
-            js.retried += cast.attempts == 2
-            js.errors += cast.error is not None
-            js.last_error = cast.error or js.last_error
-            js.paths[cast.path] = js.paths.get(cast.path, 0) + 1
-            js.masses += [m for m in cast.mass.values() if m is not None]
-            full = len(run.pending) >= max(batch, 1)
-            if full:
-                _commit(run)  # committed per batch: a crash keeps it
-            report(full or js.asked == len(todo))
-    finally:
-        for run in touched:
-            _commit(run)
-        if bar is not None:
-            bar.close()
-        js.seconds = time.perf_counter() - start
+    def commit(key: Any) -> int:
+        run = runs[key]
+        n = len(run.pending)
+        _commit(run)
+        return n
+
+    run_juror(judge, js, convs, BALLOT, collect, commit, max_tokens=max_tokens, batch=batch, progress=progress)
 
 
 def _commit(run: _Run) -> None:
@@ -279,43 +224,22 @@ def _answers_hash() -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _short(juror: str) -> str:
-    return juror.rsplit("#", 1)[-1] if juror.startswith("openai:") else juror
-
 
 def summary_lines(summary: JudgeSummary) -> list[str]:
     """What ``tamper judge`` prints: per juror what was asked, cast, abstained, how fast, and for
     slot votes the median slot mass and the slots below the floor."""
     lines = [f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) (prompt '{summary.prompt_variant}')"]
     for j in summary.jurors:
-        line = (
-            f"  {j.juror}: asked {j.asked}, cast {j.cast} valid vote(s), already stored {j.skipped}, abstained {j.abstained} "
-            f"(retried {j.retried}, transport errors {j.errors}), {j.seconds:.1f}s"
-        )
-        if j.asked:
-            line += f" ({j.votes_per_s:.2f} votes/s; " + ", ".join(f"{k} {v}" for k, v in sorted(j.paths.items())) + ")"
-        lines.append(line)
-        if j.median_mass is not None:
-            lines.append(f"    slot mass: median {j.median_mass:.3f} over {len(j.masses)} slots, {j.below_floor} below {MASS_FLOOR}")
-            if j.median_mass < MASS_FLOOR:
-                lines.append("    warning: this juror's label slots hold less than half the next-token mass; it is read where it was about to write something else")
+        lines += j.lines()
     if len(summary.jurors) == 1:
         lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
     if summary.compacted:
         lines.append(f"  {summary.compacted} superseded vote row(s) compacted away")
-    total = sum(j.asked for j in summary.jurors)
-    lines.append(f"valid votes cast: {summary.cast} of {total} asked")
+    lines.append(f"valid votes cast: {summary.cast} of {summary.asked} asked")
     lines += [f"verdicts: {p}" for p in summary.verdicts_paths]
     return lines
 
 
 def no_vote_line(summary: JudgeSummary) -> str:
     """The one line ``tamper judge`` fails with when the jury cast no valid vote at all."""
-    errors = sum(j.errors for j in summary.jurors)
-    abstained = sum(j.abstained for j in summary.jurors) - errors
-    failing = next((j for j in summary.jurors if j.last_error), None)
-    last = "" if failing is None else f"; last error from {_short(failing.juror)}: {failing.last_error[:160]}"
-    return (
-        f"the jury cast no valid vote: {summary.asked} asked, {errors} failed request(s), {abstained} unreadable reply(ies)"
-        f"{last}; stored votes are kept, rerun to ask again".replace("\n", " ")
-    )
+    return _no_vote_line(summary.jurors)

@@ -11,8 +11,9 @@ from the votes and rewritten atomically. Trial records (``trials.parquet``) are 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -87,7 +88,7 @@ def compute_verdicts(trials: pd.DataFrame, judgements: pd.DataFrame, jury: Seque
     without majority could still be true); ``undecided`` when some label has no majority.
     """
     votes = judgements[(judgements["prompt_variant"] == variant) & judgements["juror"].isin(list(jury))]
-    by_trial: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    by_trial: dict[tuple[str, str], list[Mapping[Any, Any]]] = {}
     for rec in votes.to_dict("records"):
         by_trial.setdefault((rec["question_id"], rec["substitute"]), []).append(rec)
     out = []

@@ -1,0 +1,152 @@
+"""One juror through a list of cases: votes cast as they complete, committed a batch at a time,
+counted (asked, cast, abstained, retried, errors, votes/s, slot masses) for the summary line.
+
+Instrument-neutral: the caller says how a vote becomes a stored row and where rows go
+(``collect``), and how a batch is committed (``commit``); a crash loses only the rows not committed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sleight.backends.chat import Messages
+from sleight.jury.ballot import Ballot
+from sleight.jury.cast import Cast
+from sleight.jury.jurors import Juror
+from sleight.jury.slots import MASS_FLOOR
+
+
+@dataclass
+class JurorStats:
+    juror: str
+    vote: str = ""  # how this juror votes: slots, schema or text
+    asked: int = 0  # votes requested in this call
+    skipped: int = 0  # already stored
+    abstained: int = 0  # of the asked: unparsable after the retry, or a transport error
+    retried: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    paths: dict[str, int] = field(default_factory=dict)  # votes per path that produced them
+    masses: list[float] = field(default_factory=list)  # slot masses of this call's votes
+    last_error: str | None = None
+
+    @property
+    def cast(self) -> int:
+        """Valid votes cast in this call."""
+        return self.asked - self.abstained
+
+    @property
+    def votes_per_s(self) -> float:
+        return self.asked / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def median_mass(self) -> float | None:
+        return statistics.median(self.masses) if self.masses else None
+
+    @property
+    def below_floor(self) -> int:
+        return sum(m < MASS_FLOOR for m in self.masses)
+
+    def count(self, cast: Cast) -> None:
+        self.asked += 1
+        self.abstained += cast.abstained
+        self.retried += cast.attempts == 2
+        self.errors += cast.error is not None
+        self.last_error = cast.error or self.last_error
+        self.paths[cast.path] = self.paths.get(cast.path, 0) + 1
+        self.masses += [m for m in cast.mass.values() if m is not None]
+
+    def lines(self) -> list[str]:
+        """This juror's summary: asked, cast, abstained, speed, paths, and its slot mass."""
+        line = (
+            f"  {self.juror}: asked {self.asked}, cast {self.cast} valid vote(s), already stored {self.skipped}, abstained "
+            f"{self.abstained} (retried {self.retried}, transport errors {self.errors}), {self.seconds:.1f}s"
+        )
+        if self.asked:
+            line += f" ({self.votes_per_s:.2f} votes/s; " + ", ".join(f"{k} {v}" for k, v in sorted(self.paths.items())) + ")"
+        out = [line]
+        if self.median_mass is not None:
+            out.append(f"    slot mass: median {self.median_mass:.3f} over {len(self.masses)} slots, {self.below_floor} below {MASS_FLOOR}")
+            if self.median_mass < MASS_FLOOR:
+                out.append("    warning: this juror's label slots hold less than half the next-token mass; it is read where it was about to write something else")
+        return out
+
+
+def no_vote_line(stats: Sequence[JurorStats]) -> str:
+    """The one line a judge command fails with when the jury cast no valid vote at all."""
+    asked = sum(j.asked for j in stats)
+    errors = sum(j.errors for j in stats)
+    abstained = sum(j.abstained for j in stats) - errors
+    failing = next((j for j in stats if j.last_error), None)
+    last = "" if failing is None else f"; last error from {short(failing.juror)}: {failing.last_error[:160]}"  # type: ignore[index]
+    text = f"the jury cast no valid vote: {asked} asked, {errors} failed request(s), {abstained} unreadable reply(ies){last}; stored votes are kept, rerun to ask again"
+    return text.replace("\n", " ")
+
+
+def short(juror: str) -> str:
+    return juror.rsplit("#", 1)[-1] if juror.startswith("openai:") else juror
+
+
+def run_juror(
+    judge: Juror,
+    stats: JurorStats,
+    conversations: Sequence[Messages],
+    ballot: Ballot,
+    collect: Callable[[int, Cast], Hashable],
+    commit: Callable[[Hashable], int],
+    *,
+    max_tokens: int,
+    batch: int,
+    progress: bool = True,
+) -> None:
+    """Cast ``judge``'s votes on ``conversations``.
+
+    ``collect(i, vote)`` stores the row of case ``i`` in a bucket and returns the bucket's key;
+    ``commit(key)`` writes that bucket's pending rows and returns how many it wrote. A bucket is
+    committed as soon as it holds ``batch`` rows, and every bucket once at the end (even after an
+    error). Progress: a bar on a terminal, one plain line per commit elsewhere.
+    """
+    stats.vote = judge.mode
+    start = time.perf_counter()
+    desc = f"judge {short(stats.juror)} ({judge.mode})"
+    bar = None
+    if progress and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(conversations), desc=desc, unit="vote", dynamic_ncols=True)
+    pending: dict[Hashable, int] = {}
+
+    def report(committed: bool) -> None:
+        elapsed = time.perf_counter() - start
+        rate = stats.asked / elapsed if elapsed > 0 else 0.0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(abstained=stats.abstained, votes_s=f"{rate:.2f}")
+        elif progress and committed:
+            print(f"{desc}: {stats.asked}/{len(conversations)} votes, {stats.abstained} abstained, {rate:.2f} votes/s", file=sys.stderr, flush=True)
+
+    try:
+        for i, cast in judge.cast(conversations, ballot, max_tokens=max_tokens):
+            bucket = collect(i, cast)
+            stats.count(cast)
+            pending[bucket] = pending.get(bucket, 0) + 1
+            full = pending[bucket] >= max(batch, 1)
+            if full:
+                commit(bucket)
+                pending[bucket] = 0
+            report(full or stats.asked == len(conversations))
+    finally:
+        for bucket, n in pending.items():
+            if n:
+                commit(bucket)
+        if bar is not None:
+            bar.close()
+        stats.seconds += time.perf_counter() - start
+
+
+Loader = Callable[[str], Any]
