@@ -34,7 +34,7 @@ SPACED = TASK.replace('"Question: {{q}}\\nAnswer:"', '"Q: {{q}} A: "').replace("
 def harness_requests(model, doc: dict, *, chat: bool, text_template: str) -> list[tuple[str, str]]:
     """(context, continuation) per choice, as ``ConfigurableTask`` builds them zero-shot.
 
-    ``fewshot_context`` (api/task.py 1023-1040): one user ``Message`` with an empty delimiter; plain:
+    ``fewshot_context`` (api/task.py 1025-1040): one user ``Message`` with an empty delimiter; plain:
     its text; chat: ``multiturn_to_singleturn`` (api/utils.py 65-83) through ``HFLM.apply_chat_template``
     (models/huggingface.py 1718-1729: ``add_generation_prompt=True``, ``continue_final_message=False``).
     ``construct_requests`` (api/task.py 1376-1390): ``target_delimiter + choice``, the delimiter
@@ -191,7 +191,7 @@ class _Scores:
 def polygraph_p_true(model, question: str, answer: str, *, instruct: bool) -> float:
     """``PromptCalculator`` (stat_calculators/prompt.py 68-107) on ``WhiteboxModel``: the prompt
     through ``tokenize`` (utils/model.py 668-697), ``generate`` with the library's processors
-    (500-540) and its default generation parameters (utils/generation_parameters.py 28-37)."""
+    (489-537) and its default generation parameters (utils/generation_parameters.py 28-37)."""
     from transformers import LogitsProcessorList
 
     tok = model.tokenizer

@@ -8,7 +8,7 @@ The requests are built as lm-evaluation-harness 0.4.13 builds them (file and lin
 * the context is the ``description`` (if any) followed by ``doc_to_text``; with the chat template
   (``chat: true`` in the YAML, or ``--lm-eval-chat``: the harness's ``--apply_chat_template``) the
   description is a system turn and the text one user turn, rendered with the generation prompt
-  (``api/task.py`` 974-978 and 1032-1038, ``api/utils.py`` 65-83, ``models/huggingface.py``
+  (``api/task.py`` 974-979 and 1025-1040, ``api/utils.py`` 65-83, ``models/huggingface.py``
   1718-1729);
 * each continuation is ``target_delimiter + choice``, except with the chat template, where the
   harness drops the delimiter (``api/task.py`` 1376-1390);
