@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from chromium import Chromium, chromium_binary
 
+from chromium import Chromium, chromium_binary
 from sleight.cli.main import main
 from sleight.position import read_positions
 from sleight.readout.scan import FLAG_RULES, repaired_context, scan_row

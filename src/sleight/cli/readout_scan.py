@@ -6,8 +6,8 @@ Inputs (presets, templates, records, task YAMLs) are checked before the model is
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sleight.cli.common import add_model_args, model_from_args
 from sleight.errors import UserError

@@ -22,8 +22,9 @@ three are computed here. Other members of its default set need more than the ans
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def answer_tokens(model: LanguageModel, prompts: Sequence[Sequence[int]], gens: 
 def polygraph_estimators() -> dict[str, Any] | None:
     """lm-polygraph's own estimator objects for the three, or None when it is not installed."""
     try:
-        from lm_polygraph.estimators import MaximumSequenceProbability, MeanTokenEntropy, Perplexity
+        from lm_polygraph.estimators import MaximumSequenceProbability, MeanTokenEntropy, Perplexity  # type: ignore[import-not-found]
     except ImportError:
         return None
     return {str(e): e for e in (MaximumSequenceProbability(), Perplexity(), MeanTokenEntropy())}
@@ -110,7 +111,7 @@ def estimate(answers: Sequence[AnswerTokens], *, use_polygraph: bool = True) -> 
 def comparison(
     labels: Sequence[float],
     clusters: Sequence[Any],
-    uncertainties: Mapping[str, Sequence[float]],
+    uncertainties: Mapping[str, Any],
     ptrue: Mapping[str, Sequence[float | None]],
     *,
     B: int = 20000,

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

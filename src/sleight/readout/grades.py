@@ -13,11 +13,17 @@ Pure numpy (ranks from :func:`sleight.stats.average_ranks`); no model.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
 from sleight.stats import average_ranks, bootstrap_ci, mean, paired_bootstrap
+
+
+def _mean(*arrays: Any, weights: np.ndarray | None = None) -> Any:
+    """The batched mean (:func:`sleight.stats.mean`) in the bootstrap's statistic form."""
+    return mean(arrays[0], weights)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -81,7 +87,7 @@ def paired_document_difference(
         return {**out, "rho_a": None, "rho_b": None, "diff": None, "low": None, "high": None}
     ra = np.asarray([pa[d] for d in both], dtype=np.float64)
     rb = np.asarray([pb[d] for d in both], dtype=np.float64)
-    pbs = paired_bootstrap(mean, (ra,), (rb,), B=B, seed=seed, level=level)
+    pbs = paired_bootstrap(_mean, (ra,), (rb,), B=B, seed=seed, level=level)
     return {
         **out,
         "rho_a": pbs.estimate_a,
@@ -98,5 +104,5 @@ def rho_interval(scores: Sequence[float | None], human: Sequence[float], docs: S
     vals = np.asarray([v for v in w["per_document"].values() if v is not None], dtype=np.float64)
     if not vals.size:
         return {**w, "low": None, "high": None}
-    ci = bootstrap_ci(mean, vals, B=B, seed=seed, level=level)
+    ci = bootstrap_ci(_mean, vals, B=B, seed=seed, level=level)
     return {**w, "low": ci.low, "high": ci.high}

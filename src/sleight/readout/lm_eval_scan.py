@@ -13,9 +13,10 @@ a missing separator, a collapse of the option mass, and boundaries the tokenizer
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError

@@ -12,8 +12,9 @@ each estimator, on the same replicates (:func:`~sleight.readout.estimators.compa
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError

@@ -7,8 +7,9 @@ its preset's audit report (``<preset>/report.html``), the drill-down with the si
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sleight.readout.report import VERDICT_MARK
 

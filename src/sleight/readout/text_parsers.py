@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 UNKNOWN = "unknown"
 
