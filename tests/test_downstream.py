@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sleight.position import encode_continuation
 from sleight.cli.main import main
+from sleight.position import encode_continuation
 from sleight.readout import forecast_pipeline as fp
 from sleight.readout.classify import ARGMAX_CLASSES
 from sleight.readout.downstream_scoring import cluster_codes

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from sleight.readout.lm_eval import load_lm_eval_task

@@ -17,8 +17,8 @@ use it without importing one another.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -104,8 +104,10 @@ class OptionSetReading:
     @property
     def isolated_mass(self) -> float | None:
         """The mass of the options' first tokens encoded alone, read at the same position."""
-        lp = dict(zip(self.isolated_ids, self.isolated_logprobs))
-        return distinct_mass(self.isolated_ids, lambda t: lp[t])  # type: ignore[return-value]
+        if any(v is None for v in self.isolated_logprobs):
+            return None
+        lp = {t: float(v) for t, v in zip(self.isolated_ids, self.isolated_logprobs) if v is not None}
+        return distinct_mass(self.isolated_ids, lp.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,8 @@ def read_positions(
             iso = tuple(alone[o] for o in opts)
             tokens: tuple[tuple[float, ...] | None, ...] | None = None
             if score_options:
-                multi = [j for j, e in enumerate(es) if e is not None and len(e) > 1]
-                later = dict(zip(multi, model.continuation_logprobs(ctx_ids[i], [es[j] for j in multi]))) if multi else {}
+                multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1}
+                later = dict(zip(multi, model.continuation_logprobs(ctx_ids[i], list(multi.values())))) if multi else {}
                 tokens = tuple(
                     None if e is None else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
                     for j, e in enumerate(es)

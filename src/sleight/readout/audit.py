@@ -20,9 +20,10 @@ resumed run measures exactly the batches of an uninterrupted one.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -177,7 +178,8 @@ def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, 
     """The P(True) readouts of the ptrue preset, recorded as ``readout ptrue`` records them
     (ptrue.parquet: one row per (pair, readout)) and summarised the same way."""
     from sleight.readout.downstream_run import PTRUE_SCHEMA
-    from sleight.readout.ptrue_pipeline import score_pair_rows, summarise as ptrue_summary
+    from sleight.readout.ptrue_pipeline import score_pair_rows
+    from sleight.readout.ptrue_pipeline import summarise as ptrue_summary
 
     path = out / "ptrue.parquet"
     instruct = all(i.chat_template for i in items)

@@ -25,8 +25,9 @@ Verdict rules (fixed; ``floor`` = 0.5 unless told):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,7 +111,7 @@ def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "origina
         return {**out, "too_few": True, "low": None, "high": None}
     from sleight.stats import gathered
 
-    stat = fn if binary else gathered(_spearman)
+    stat: Any = fn if binary else gathered(_spearman)
     pb = paired_bootstrap(stat, (sa, y), (sb, y), B=CHANGE_B, seed=0)
     return {**out, "too_few": False, "low": pb.ci_diff.low, "high": pb.ci_diff.high, "B": CHANGE_B, "level": pb.level}
 
@@ -354,7 +355,7 @@ def _stem_check(readings: pd.DataFrame, variants: dict[str, Any], floor: float) 
         reason = f"at the stem: median mass {median if median is None else round(median, 3)}, {on_task:.0%} of continuations on task"
     elif any(s["verdict"] != "pass" for s in sub) or drop:
         verdict = "warn"
-        reason = "the stem repairs the readout only partly" + (f"; {_change_text(change)}" if drop else "")
+        reason = "the stem repairs the readout only partly" + (f"; {_change_text(change)}" if drop and change is not None else "")
     else:
         verdict = "pass"
         reason = f"at the stem: median mass {median:.3f}, every argmax an option, continuations on task"

@@ -42,8 +42,8 @@ grid under rule 5).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 ARGMAX_CLASSES = ("answer_letter", "option", "digit", "whitespace", "prose", "special")
 CONTINUATION_CLASSES = ("answers_item", "forecast", "recites", "prose", "other")
@@ -125,7 +125,7 @@ def _recites(s: str, options: Sequence[str], letters: Sequence[str], echoes: Seq
         lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
         pat = re.compile(rf"^\(?([{lset}])[).:]\s")
         if lines and pat.match(lines[0]):
-            labels = {pat.match(ln).group(1) for ln in lines if pat.match(ln)}
+            labels = {m.group(1) for m in map(pat.match, lines) if m}
             if len(labels) >= 2:
                 return True
     if len(options) >= 3:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,9 @@ def to_markdown(report: Report) -> str:
         elif isinstance(b, Para):
             out += [b.text, ""]
         elif isinstance(b, Table):
-            cells = lambda row: "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
+            def cells(row: Sequence[Any]) -> str:
+                return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
+
             out += [cells(b.headers), "|" + "|".join("---" for _ in b.headers) + "|", *(cells(r) for r in b.rows), ""]
             if b.note:
                 out += [b.note, ""]

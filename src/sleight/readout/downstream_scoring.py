@@ -11,7 +11,8 @@ the difference. Pure functions; no model, no I/O.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike

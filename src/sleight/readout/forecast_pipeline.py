@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def race_item_from_record(rec: Mapping[str, Any], where: str) -> RaceItem:
         raise UserError(f"{where}: 'choices' must be a list of 4 non-empty strings")
     if rec.get("answer") not in LETTERS:
         raise UserError(f"{where}: 'answer' must be one of A, B, C, D, got {rec.get('answer')!r}")
-    return RaceItem(str(rec["id"]), rec["passage"], rec["question"], tuple(choices), rec["answer"])  # type: ignore[arg-type]
+    return RaceItem(str(rec["id"]), rec["passage"], rec["question"], tuple(choices), rec["answer"])
 
 
 def load_race_items(path: str | Path, limit: int | None = None) -> list[RaceItem]:
@@ -245,7 +246,7 @@ def run_forecast(
     say(f"writing {len(passages)} notes")
     by_passage = dict(zip(passages, write_notes(model, passages, max_words=max_words, max_new_tokens=note_max_new_tokens, progress=progress)))
     notes = [by_passage[it.passage] for it in items]
-    clusters = cluster_codes([it.passage for it in items]) if clusters is None else list(clusters)
+    codes = list(cluster_codes([it.passage for it in items])) if clusters is None else list(clusters)
     say("note-only reader")
     reader = read_notes(model, items, notes)
     say("forecast at the original and stemmed positions")
@@ -257,7 +258,7 @@ def run_forecast(
         it, note = items[i], notes[i]
         row = {
             "item_id": it.id,
-            "cluster": int(clusters[i]),
+            "cluster": int(codes[i]),
             "position": reading["variant"],
             "gold": it.answer,
             "note": note.text,

@@ -35,8 +35,9 @@ import io
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -195,6 +196,7 @@ def load_lm_eval_task(path: str | Path, *, chat: bool | None = None, limit: int 
             raise UserError(f"{where}: {exc}") from None
         except Exception as exc:  # a template error names the doc
             raise UserError(f"{where}: template failed ({type(exc).__name__}: {exc})") from None
+        messages: tuple[dict[str, str], ...]
         if use_chat:
             messages = ({"role": "system", "content": description},) if description else ()
             messages += ({"role": "user", "content": text},)

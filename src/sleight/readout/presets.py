@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from sleight.errors import UserError
 from sleight.readout.items import AuditItem
@@ -235,8 +236,9 @@ def preset_items(
 
 def preset_defaults(name: str) -> dict[str, Any]:
     """Run-level defaults a preset implies (options, stem)."""
-    return {
+    defaults: dict[str, dict[str, Any]] = {
         "forecast": {"options": FORECAST_OPTIONS, "stem": FORECAST_STEM},
         "ptrue": {"options": ("True", "False"), "stem": None},
         "grade": {"options": GRADE_OPTIONS, "stem": None},
-    }[name]
+    }
+    return defaults[name]

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sleight.errors import UserError
 
@@ -49,14 +50,14 @@ class QAItem:
     @property
     def gold_text(self) -> str:
         """The gold answer as text (first alias, or ``"B. <choice>"`` for lettered items)."""
-        if self.lettered:
+        if self.choices is not None and self.gold_letter is not None:
             return f"{self.gold_letter}. {self.choices[LETTERS.index(self.gold_letter)]}"
         return self.aliases[0]
 
     @property
     def prompt(self) -> str:
         """The user turn the model answers (and the question quoted in the P(True) prompt)."""
-        if not self.lettered:
+        if self.choices is None:
             return self.question
         block = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, self.choices))
         lead = f"{self.passage}\n\n" if self.passage else ""

@@ -27,7 +27,8 @@ differences against Library (both readouts on the same replicates), and the posi
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,10 +72,11 @@ def constructed_pairs(items: Sequence[QAItem]) -> list[dict[str, Any]]:
     their gold row, which still counts but cannot pair."""
     pairs = []
     for it in items:
-        if it.lettered:
+        wrong: str | None
+        if it.choices is not None:
             gold = it.gold_text
             wrong_letter = next(x for x in LETTERS if x != it.gold_letter)
-            wrong = f"{wrong_letter}. {it.choices[LETTERS.index(wrong_letter)]}"  # type: ignore[index]
+            wrong = f"{wrong_letter}. {it.choices[LETTERS.index(wrong_letter)]}"
         else:
             gold, wrong = it.aliases[0], it.wrong
         pairs.append({"item_id": it.id, "question": it.prompt, "answer": gold, "answer_source": "gold", "label": 1.0, "matched": None})

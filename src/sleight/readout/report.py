@@ -6,8 +6,9 @@ Rendering only: every number comes from :mod:`.checks`; nothing is recomputed he
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sleight.readout.checks import Check, variant_table
 

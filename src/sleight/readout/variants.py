@@ -17,8 +17,8 @@ Text edits are pure functions on the message contents; only :func:`render` needs
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from sleight.readout.items import AuditItem
 

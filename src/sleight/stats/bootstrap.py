@@ -222,7 +222,7 @@ def _n_items(arrays: Sequence[ArrayLike]) -> int:
     if len(lengths) != 1 or None in lengths:
         raise ValueError(f"all arrays need the same number of items along axis 0, got {sorted(map(str, lengths))}")
     n = lengths.pop()
-    if n == 0:
+    if not n:
         raise ValueError("cannot bootstrap an empty sample")
     return int(n)
 

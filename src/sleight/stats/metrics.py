@@ -391,7 +391,7 @@ def cohen_kappa(a: ArrayLike, b: ArrayLike, weights: ArrayLike | None = None) ->
         w = _as_weights(weights, n)
         rows = w.shape[0]
         flat = (pair[None, :] + (n_cat * n_cat) * np.arange(rows)[:, None]).ravel()
-        conf = np.bincount(flat, weights=w.ravel(), minlength=rows * n_cat * n_cat)
+        conf = np.bincount(flat, weights=w.ravel(), minlength=rows * n_cat * n_cat).astype(np.float64)
         conf = conf.reshape(rows, n_cat * n_cat)
     conf = conf.reshape(-1, n_cat, n_cat)
     total = conf.sum(axis=(1, 2))
@@ -426,10 +426,7 @@ def fleiss_kappa(
     if not np.all(raters == m) or m < 2:
         raise ValueError("every item needs the same number (>= 2) of raters")
     per_item = ((t * t).sum(axis=1) - m) / (m * (m - 1.0))
-    if weights is None:
-        w = np.ones((1, t.shape[0]))
-    else:
-        w = _as_weights(weights, t.shape[0])
+    w: NDArray[Any] = np.ones((1, t.shape[0])) if weights is None else _as_weights(weights, t.shape[0])
     n_items = w.sum(axis=1)
     p_obs = (w @ per_item) / n_items
     if method == "fleiss":
