@@ -22,9 +22,9 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping
 
 import pytest
 
@@ -240,7 +240,7 @@ def _busy() -> Iterator[dict[str, str]]:
 
 
 # name -> context manager yielding placeholder values; other helpers may add theirs.
-SERVERS: dict[str, Callable[[], ContextManager[dict[str, str]]]] = {"down": _down, "busy": _busy}
+SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, str]]]] = {"down": _down, "busy": _busy}
 
 
 # ---------------------------------------------------------------------------------------- the test

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from chromium import Chromium, chromium_binary
 from llama_server import ScriptedChatServer
 from report_artifacts import judged_report
-from tamper_artifacts import copy_run, real_run
-
 from sleight.cli.main import main
 from sleight.reporting import tables
 from sleight.tamper.jury_run import judge_run
+from tamper_artifacts import copy_run, real_run
 
 WINDOW = 1400
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 
 def clock_text(seconds: float) -> str:
@@ -149,7 +150,7 @@ class SweepProgress:
     def _write(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
-    def __enter__(self) -> "SweepProgress":
+    def __enter__(self) -> SweepProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:

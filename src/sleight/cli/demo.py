@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from sleight.backends.resolve import DEFAULT_MODEL
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,8 +54,8 @@ def _counts(judged: pd.DataFrame) -> dict[str, int]:
     out = {"n_eligible": len(judged)}
     ent = judged["is_entity"].astype(bool) if len(judged) else pd.Series([], dtype=bool)
     out["n_eligible_entity"] = int(ent.sum())
-    votes = pd.to_numeric(judged["n_votes"], errors="coerce").fillna(0) if "n_votes" in judged.columns else pd.Series([], dtype=float)
-    out["n_voted"] = int((votes > 0).sum())
+    votes = judged["n_votes"].to_numpy(dtype=float, na_value=0.0) if "n_votes" in judged.columns else np.zeros(0)
+    out["n_voted"] = int((votes > 0).sum())  # trials with at least one valid (non-abstaining) vote
     for label in LABELS:
         out[f"n_{label}"] = int(_true(judged[label]).sum()) if has else 0
     out["n_flagged_entity"] = int((_true(judged["flagged"]) & ent).sum()) if has else 0
@@ -85,8 +85,8 @@ def table1(runs: Sequence[RunData]) -> pd.DataFrame:
         for name, (k, n) in RATE_COLUMNS.items():
             row[name] = pct(c[k], c[n]) if voted else float("nan")
         for name, col in DELTAS.items():
-            vals = pd.to_numeric(judged[col], errors="coerce") if col in judged.columns else pd.Series([], dtype=float)
-            row[name] = float(vals.mean()) if vals.notna().any() else float("nan")
+            vals = pd.to_numeric(judged[col], errors="coerce").to_numpy(dtype=float) if col in judged.columns else np.zeros(0)
+            row[name] = float(np.nanmean(vals)) if (~np.isnan(vals)).any() else float("nan")
         row.update(c)
         rows.append(row)
     df = pd.DataFrame(rows)
