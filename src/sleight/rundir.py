@@ -479,10 +479,7 @@ class Session:
         self.id = f"{started.strftime('%Y%m%dT%H%M%S%f')}-{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.id = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.id)
         self.tmp_dir = run.dir / TMP_DIR / self.id
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.tmp_dir / "lock", "w")
-        if fcntl is not None:
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._lock = self._born_locked()
         m = model or {}
         self.record: dict[str, Any] = {
             "id": self.id,
@@ -498,6 +495,26 @@ class Session:
             "engine_version": m.get("engine_version"),
             "versions": dict(versions_ if versions_ is not None else versions()),
         }
+
+    def _born_locked(self) -> Any:
+        """The session's folder, appearing with its lock already held (so that no cleaner ever sees
+        it unlocked): the lock is taken on a file in ``.tmp/``, then moved into the new folder."""
+        root = self.tmp_dir.parent
+        for attempt in range(20):  # another session may remove an empty .tmp/ between two steps
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                lock_path = root / f".{self.id}.lock"
+                fh = open(lock_path, "w")
+                if fcntl is not None:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.tmp_dir.mkdir()
+                os.replace(lock_path, self.tmp_dir / "lock")
+                return fh
+            except FileNotFoundError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.01)
+        raise AssertionError("unreachable")
 
     @property
     def path(self) -> Path:
@@ -699,25 +716,30 @@ class RunDir:
         _fsync_dir(self.dir)
         return True
 
-    def _clear_dead_tmp(self, own: str) -> None:
-        """Remove what killed sessions left in ``.tmp/`` (a live session holds its folder's lock)."""
+    def _clear_dead_tmp(self, own: str, *, grace_s: float = 300.0) -> None:
+        """Remove what killed sessions left in ``.tmp/`` (a live session holds its folder's lock;
+        a folder or lock file still being born is left alone for ``grace_s``)."""
         root = self.dir / TMP_DIR
         for p in root.iterdir() if root.is_dir() else []:
-            if p.name == own:
+            if p.name == own or p.name == f".{own}.lock" or fcntl is None:
                 continue
-            if not p.is_dir():
-                p.unlink(missing_ok=True)
-                continue
-            if fcntl is None:
-                continue
+            lock = p if p.is_file() else p / "lock"
             try:
-                with open(p / "lock", "a") as fh:
+                fh = open(lock, "r")
+            except FileNotFoundError:  # no lock (yet): a session being born, or one killed at birth
+                try:
+                    young = time.time() - p.stat().st_mtime < grace_s
+                except FileNotFoundError:
+                    continue
+                if not young:
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                continue
+            with fh:
+                try:
                     fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # alive
-            except OSError:
-                pass
-            shutil.rmtree(p, ignore_errors=True)
+                except BlockingIOError:
+                    continue  # alive
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     def record_session(self, shard: Shard, *, completed: bool, model: Mapping[str, Any] | None = None) -> None:
         """A session that had nothing to do still says so (it may be the one that completes the run)."""
