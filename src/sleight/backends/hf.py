@@ -407,6 +407,7 @@ class HFModel(HFTokenizerOps):
             ent = -(lp.exp() * lp).nan_to_num().sum(-1)
             tv, ti = torch.topk(lp, top_k, dim=-1)
             dist = _StepDist(step, lp, ti.cpu().numpy(), tv.cpu().numpy(), ent.cpu().numpy())
+            greedy_ids = lp.argmax(-1).tolist()  # one call for the batch, not one per row
             history[step] = (lp, {r: b for b, r in enumerate(alive)})
             history.pop(step - _RETRACT_WINDOW, None)
             col = mask.shape[1]  # the cache column a token fed now will occupy
@@ -416,7 +417,7 @@ class HFModel(HFTokenizerOps):
                 if row.queue:
                     dist.accept(row, b, row.queue.pop(0), True, col)
                 else:
-                    proposed = int(lp[b].argmax())
+                    proposed = int(greedy_ids[b])
                     edit = hook(r + row_offset, row.out, proposed) if hook else None
                     if edit is not None:
                         self._apply_edit(row, edit, max_new, b, dist, history, r, col, mask_off)
