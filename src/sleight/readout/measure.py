@@ -179,10 +179,15 @@ def prepare(model: LanguageModel, item: AuditItem, variant: str, stem: str | Non
     return Prepared(item, variant, text=text, options=options)
 
 
+def echoes(question: str | None, prompt: str) -> list[str]:
+    """What a continuation that *recites* would repeat: the quoted question and the prompt's last line."""
+    lines = [ln for ln in prompt.splitlines() if ln.strip()]
+    return [t for t in (question, lines[-1] if lines else None) if t]
+
+
 def _echoes(item: AuditItem) -> list[str]:
     last_user = [m["content"] for m in item.messages if m.get("role") == "user"]
-    lines = [ln for ln in (last_user[-1] if last_user else "").splitlines() if ln.strip()]
-    return [t for t in (item.question, lines[-1] if lines else None) if t]
+    return echoes(item.question, last_user[-1] if last_user else "")
 
 
 # -- the batched measurement -----------------------------------------------------------------------

@@ -43,7 +43,7 @@ import numpy as np
 from sleight.backends import LanguageModel
 from sleight.position import OptionSetReading, PositionReading, read_positions, renormalise
 from sleight.readout.classify import classify_continuation
-from sleight.readout.measure import DEFAULT_ROWS_PER_PASS, context_columns, continuations, position_columns
+from sleight.readout.measure import DEFAULT_ROWS_PER_PASS, context_columns, continuations, echoes, position_columns
 
 PTRUE_TEMPLATE = (
     "Question: {q}\n Possible answer:{a}\n "
@@ -113,11 +113,6 @@ def readout_value(r: Readout, s: OptionSetReading, pos: PositionReading, eos_ids
     return None if p is None else float(p[0])
 
 
-def _echoes(question: str, prompt: str) -> list[str]:
-    lines = [ln for ln in prompt.splitlines() if ln.strip()]
-    return [t for t in (question, lines[-1] if lines else None) if t]
-
-
 def score_pairs(
     model: LanguageModel,
     questions: Sequence[str],
@@ -177,7 +172,7 @@ def score_pairs(
             cont = conts[c]
             row["continuation"] = cont
             row["continuation_class"] = (
-                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=_echoes(q, r.prompt(q, a))).cls
+                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=echoes(q, r.prompt(q, a))).cls
             )
             rows.append(row)
     return rows
