@@ -241,5 +241,9 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
     checks = run_checks(df, summary, floor)
     summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
     rundir.write_text(out / "summary.json", dumps(summary))
-    md, page = write_reports(out, manifest, summary, checks)
+    from sleight.readout.judge import lines_to_html
+    from sleight.readout.judge_run import section_lines
+
+    jury = section_lines(out)  # the jury's classes, once 'sleight readout judge' has run
+    md, page = write_reports(out, manifest, summary, checks, extra_md=jury, extra_html=lines_to_html(jury))
     return AuditResult(out, summary, checks, {"readings": out / "readings.parquet", "summary": out / "summary.json", "report_md": md, "report_html": page})

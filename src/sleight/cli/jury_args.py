@@ -1,0 +1,48 @@
+"""The flags every judge command shares (``tamper judge``, ``readout judge``), spelled one way."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sleight.backends import ENGINES
+
+
+def add_jury_args(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
+    p.add_argument(
+        "--jury",
+        required=True,
+        help="comma-separated judge specs: local model names/paths (on --engine) or openai:<base_url>#<model> "
+        "(key from $OPENAI_API_KEY or --api-key-env)",
+    )
+    p.add_argument(
+        "--vote",
+        default="auto",
+        choices=["auto", "slots", "schema", "text"],
+        help="how jurors vote: slots (a local model's probabilities of the allowed values at each field's value in a "
+        "prefilled JSON), schema (a server's JSON-schema response_format, falling back to text), text (free reply, "
+        "parsed); auto = slots on local jurors, schema on servers (default: auto)",
+    )
+    p.add_argument("--max-tokens", type=int, default=max_tokens, help=f"reply budget per vote on the schema and text paths (default: {max_tokens})")
+    p.add_argument("--batch", type=int, default=16, help="votes committed to disk at a time, and a local juror's batch (default: 16)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="ask each juror about at most N pending cases now (a quick look; default: all)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server juror (default: 8)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
+    p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
+    p.add_argument("--device", default="auto", help="device for local judges (default: auto)")
+
+
+def loader_from_args(args: argparse.Namespace) -> Any:
+    """``spec -> judge``: a checked server client, or a local model on the flags' engine and device."""
+    device = None if args.device == "auto" else args.device
+
+    def loader(spec: str) -> Any:
+        from sleight.backends.chat import LocalChat, load_chat
+
+        if spec.startswith("openai:"):
+            return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
+        from sleight.backends import load_model
+
+        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
+
+    return loader
