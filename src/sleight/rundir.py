@@ -524,7 +524,9 @@ class Session:
         write_json(self.path, self.record, indent=1, tmp_dir=self.tmp_dir)
 
     def committed(self, n: int = 1) -> None:
+        """Count ``n`` newly committed units (saved at once: a killed session's record says what it did)."""
         self.record["new_units"] += n
+        self.save()
 
     def finish(self, completed: bool) -> None:
         """Record the end (completed: every unit of this session's shard is committed) and let go."""
