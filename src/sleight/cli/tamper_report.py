@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sleight.backends import ENGINES
+from sleight.cli.jury_args import add_jury_args, loader_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,28 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--run", required=True, type=Path, nargs="+", metavar="RUN_DIR",
         help="run directories written by 'sleight tamper run', or a folder of them (the --out of 'sleight tamper sweep')",
     )
-    p.add_argument(
-        "--jury",
-        required=True,
-        help="comma-separated judge specs: local model names/paths (on --engine) or openai:<base_url>#<model> "
-        "(key from $OPENAI_API_KEY or --api-key-env)",
-    )
     p.add_argument("--prompt", default="default", choices=["default", "study"], help="judge prompt; 'study' omits the accepted answers (default: default)")
-    p.add_argument(
-        "--vote",
-        default="auto",
-        choices=["auto", "slots", "schema", "text"],
-        help="how jurors vote: slots (a local model's P(true) vs P(false) at each label's value in a prefilled JSON), "
-        "schema (a server's JSON-schema response_format, falling back to text), text (free reply, parsed); "
-        "auto = slots on local jurors, schema on servers (default: auto)",
-    )
-    p.add_argument("--max-tokens", type=int, default=200, help="reply budget per judgement (default: 200)")
-    p.add_argument("--batch", type=int, default=16, help="trials per batch; each batch is committed to disk (default: 16)")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="ask each juror about at most N pending trials now (a quick look; default: all)")
-    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per HTTP judge (default: 8)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
-    p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
-    p.add_argument("--device", default="auto", help="device for local judges (default: auto)")
+    add_jury_args(p, max_tokens=200)
     p.set_defaults(func=cmd_judge)
 
     p = sub.add_parser(
@@ -74,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    from sleight.backends.chat import load_chat
     from sleight.cli.common import check_writable
     from sleight.errors import UserError
     from sleight.tamper.jury_run import judge_runs, no_vote_line, summary_lines
@@ -86,18 +65,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     run_dirs = find_runs(args.run, "tamper")  # a sweep folder stands for its runs
     for run in run_dirs:  # the votes are written into the runs
         check_writable(run, "--run")
-    device = None if args.device == "auto" else args.device
-
-    def loader(spec: str):
-        if spec.startswith("openai:"):
-            return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
-        from sleight.backends import load_model
-        from sleight.backends.chat import LocalChat
-
-        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
-
     summary = judge_runs(
-        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader
+        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader_from_args(args)
     )
     for line in summary_lines(summary):
         print(line)
