@@ -156,7 +156,7 @@
         var tr = el("tr");
         tr.appendChild(el("td", { "class": "text" }, v.juror));
         LABELS.forEach(function (l) { tr.appendChild(yn(v[l])); });
-        tr.appendChild(el("td", { "class": "reason" }, v.abstained ? "abstained · raw reply: " + (v.raw || "(empty)") + (v.error ? " · error: " + v.error : "") : v.reason));
+        tr.appendChild(el("td", { "class": "reason" }, v.abstained ? "abstained · raw reply: " + (v.raw || "(empty)") + (v.error ? " · error: " + v.error : "") : (v.reason || v.raw)));
         body.appendChild(tr);
       });
       pane.appendChild(tb);
