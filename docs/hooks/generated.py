@@ -13,6 +13,10 @@ Two placeholders, each an HTML comment on its own lines in a page's Markdown:
     The ``--help`` text of one ``sleight`` command, taken from ``sleight.cli.main.build_parser``.
     ``<!-- cli: * -->`` gives every command, each under its own heading (``## sleight tamper run``).
 
+``<!-- fields: package.module:OBJECT -->``
+    A mapping of field name to meaning (a JSON record's documented fields, such as the run
+    manifest's), rendered as a table by ``sleight.rundir.fields_markdown`` where it exists.
+
 ``<!-- packages: sleight -->``
     A table of the package's subpackages and modules with the first paragraph of each docstring,
     read from the source files (nothing is imported).
@@ -41,6 +45,7 @@ log = get_plugin_logger("generated")
 _SCHEMA = re.compile(r"^<!--\s*schema:\s*(?P<target>[\w.]+:\w+)[ \t]*\n?(?P<body>.*?)-->[ \t]*$", re.S | re.M)
 _CLI = re.compile(r"^<!--\s*cli:\s*(?P<command>[\w -]*?|\*)\s*-->[ \t]*$", re.M)
 _KEY = re.compile(r"^(?P<keys>[A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*:\s+(?P<text>.*)$")
+_FIELDS = re.compile(r"^<!--\s*fields:\s*(?P<target>[\w.]+:\w+)\s*-->[ \t]*$", re.M)
 _PACKAGES = re.compile(r"^<!--\s*packages:\s*(?P<package>[\w.]+)\s*-->[ \t]*$", re.M)
 HELP_WIDTH = "80"
 
@@ -48,6 +53,7 @@ HELP_WIDTH = "80"
 def on_page_markdown(markdown: str, page, config, files) -> str:
     where = page.file.src_uri
     markdown = _SCHEMA.sub(lambda m: _schema_table(m.group("target"), m.group("body"), where), markdown)
+    markdown = _FIELDS.sub(lambda m: _fields_table(m.group("target"), where), markdown)
     markdown = _PACKAGES.sub(lambda m: _package_table(m.group("package"), where), markdown)
     return _CLI.sub(lambda m: _cli_help(m.group("command"), where), markdown)
 
@@ -139,6 +145,19 @@ def _schema_table(target: str, body: str, where: str) -> str:
     except ImportError:
         schema_markdown = _own_schema_markdown
     return schema_markdown(schema, notes) + f"\n<small>Generated from `{target}` ({len(schema)} columns).</small>\n"
+
+
+def _fields_table(target: str, where: str) -> str:
+    fields = _import(target, where)
+    if not isinstance(fields, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items()):
+        raise PluginError(f"{where}: fields {target}: not a dict of field name to meaning")
+    try:
+        from sleight.rundir import fields_markdown
+        table = fields_markdown(fields)
+    except ImportError:
+        rows = [f"| `{k}` | {_cell(v)} |" for k, v in fields.items()]
+        table = "\n".join(["| field | meaning |", "|---|---|", *rows]) + "\n"
+    return table + f"\n<small>Generated from `{target}`.</small>\n"
 
 
 # -- CLI -------------------------------------------------------------------------------------------
