@@ -21,6 +21,9 @@ Two placeholders, each an HTML comment on its own lines in a page's Markdown:
     A table of the package's subpackages and modules with the first paragraph of each docstring,
     read from the source files (nothing is imported).
 
+``<!-- scripts: benchmarks -->``
+    The same for the scripts in a folder of the repository (relative to ``mkdocs.yml``).
+
 The build stops with a message that names the page and the placeholder when a schema cannot be
 imported or is not a schema, when a described column is not in the schema (a renamed or removed
 column), or when a command does not exist. A column with no meaning is a warning, which
@@ -46,6 +49,7 @@ _SCHEMA = re.compile(r"^<!--\s*schema:\s*(?P<target>[\w.]+:\w+)[ \t]*\n?(?P<body
 _CLI = re.compile(r"^<!--\s*cli:\s*(?P<command>[\w -]*?|\*)\s*-->[ \t]*$", re.M)
 _KEY = re.compile(r"^(?P<keys>[A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*:\s+(?P<text>.*)$")
 _FIELDS = re.compile(r"^<!--\s*fields:\s*(?P<target>[\w.]+:\w+)\s*-->[ \t]*$", re.M)
+_SCRIPTS = re.compile(r"^<!--\s*scripts:\s*(?P<folder>[\w./-]+)\s*-->[ \t]*$", re.M)
 _PACKAGES = re.compile(r"^<!--\s*packages:\s*(?P<package>[\w.]+)\s*-->[ \t]*$", re.M)
 HELP_WIDTH = "80"
 
@@ -55,6 +59,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     markdown = _SCHEMA.sub(lambda m: _schema_table(m.group("target"), m.group("body"), where), markdown)
     markdown = _FIELDS.sub(lambda m: _fields_table(m.group("target"), where), markdown)
     markdown = _PACKAGES.sub(lambda m: _package_table(m.group("package"), where), markdown)
+    root = Path(config["config_file_path"]).parent
+    markdown = _SCRIPTS.sub(lambda m: _scripts_table(root, m.group("folder"), where), markdown)
     return _CLI.sub(lambda m: _cli_help(m.group("command"), where), markdown)
 
 
@@ -222,3 +228,16 @@ def _package_table(package: str, where: str) -> str:
             log.warning(f"{where}: packages: {name} has no docstring")
         rows.append(f"| `{name}`{'/' if source.name == '__init__.py' else ''} | {_cell(text)} |")
     return "\n".join(["| module | what it is |", "|---|---|", *rows]) + "\n"
+
+
+def _scripts_table(root: Path, folder: str, where: str) -> str:
+    path = root / folder
+    if not path.is_dir():
+        raise PluginError(f"{where}: scripts {folder!r}: no such folder next to mkdocs.yml")
+    rows = []
+    for script in sorted(path.glob("*.py")):
+        text = _summary(script)
+        if not text:
+            log.warning(f"{where}: scripts: {folder}/{script.name} has no docstring")
+        rows.append(f"| `python {folder}/{script.name}` | {_cell(text)} |")
+    return "\n".join(["| script | what it measures |", "|---|---|", *rows]) + "\n"
