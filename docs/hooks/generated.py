@@ -226,8 +226,9 @@ def _package_table(package: str, where: str) -> str:
         text = _summary(source)
         if not text:
             log.warning(f"{where}: packages: {name} has no docstring")
-        rows.append(f"| `{name}`{'/' if source.name == '__init__.py' else ''} | {_cell(text)} |")
-    return "\n".join(["| module | what it is |", "|---|---|", *rows]) + "\n"
+        short = f"{path.name}/" if source.name == "__init__.py" else path.name
+        rows.append(f"| `{short}` | {_cell(text)} |")
+    return "\n".join([f"| `{package}` | what it is |", "|---|---|", *rows]) + "\n"
 
 
 def _scripts_table(root: Path, folder: str, where: str) -> str:
