@@ -1,0 +1,175 @@
+"""``sleight tamper sweep``: its pure parts, and (slow) a 2-model x 2-shard sweep on a real local Ray
+cluster, one task SIGKILLed mid-way, resumed by rerunning the sweep, record for record equal to
+unsharded single-process runs, with no Ray process left behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sleight.errors import UserError
+from sleight.rundir import Shard
+from sleight.tamper import sweep
+
+# ------------------------------------------------------------------------------------------------
+# pure parts
+# ------------------------------------------------------------------------------------------------
+
+
+def test_plan_has_one_task_per_model_and_shard():
+    tasks = sweep.plan_tasks(["a", "org/b"], 2, Path("OUT"), lambda m: m.replace("/", "--"), lambda m, s, out: ["run", m, str(s), str(out)])
+    assert [(t.name, str(t.shard), str(t.out)) for t in tasks] == [
+        ("a", "1/2", "OUT/a"), ("a", "2/2", "OUT/a"), ("org--b", "1/2", "OUT/org--b"), ("org--b", "2/2", "OUT/org--b"),
+    ]
+    assert tasks[1].argv == ("run", "a", "2/2", "OUT/a") and tasks[1].label == "a [2/2]"
+    with pytest.raises(UserError, match="would both write OUT/x"):
+        sweep.plan_tasks(["x", "./x"], 1, Path("OUT"), lambda m: "x", lambda *a: [])
+    with pytest.raises(UserError, match="--shards must be at least 1"):
+        sweep.plan_tasks(["a"], 0, Path("OUT"), str, lambda *a: [])
+    assert sweep.parse_models(" a, ,b ,") == ["a", "b"]
+
+
+def test_task_argv_passes_the_run_flags_on():
+    from sleight.cli.main import build_parser
+    from sleight.cli.tamper_sweep import task_argv
+
+    args = build_parser().parse_args(["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2"])
+    argv = task_argv(args, "m.gguf", "2/2", Path("OUT/m"), threads=1)
+    assert argv[:9] == ["tamper", "run", "--model", "m.gguf", "--shard", "2/2", "--out", "OUT/m", "--no-progress"]
+    rest = argv[9:]
+    assert rest == ["--questions", "3", "--trigger", "a", "--dtype", "float32", "--threads", "1"]
+    parsed = build_parser().parse_args(argv)  # a task's argv is a valid tamper run
+    assert (parsed.model, parsed.shard, parsed.questions, parsed.trigger, parsed.threads) == ("m.gguf", "2/2", 3, "a", 1)
+
+
+def test_progress_line_and_display():
+    line = sweep.progress_line({"a": (6, 12), "b": (0, 12)}, running=2, finished=1, failed=0, elapsed_s=75)
+    assert line == "sweep: 6/24 trials (25%) [1:15]; a 6/12, b 0/12; tasks: 2 running, 1 done, 0 failed"
+    buf = io.StringIO()
+    d = sweep.Display({"a": (Path("/nonexistent"), 2, 3)}, stream=buf, interactive=False)
+    d.refresh()
+    d.refresh()  # nothing changed: no new line off a terminal
+    d.failed = 1
+    d.refresh()
+    assert buf.getvalue().count("\n") == 2 and "a 0/6" in buf.getvalue()
+
+
+def test_task_environment_and_error_lines():
+    env = sweep.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
+    assert "OMP_NUM_THREADS" not in sweep.task_env(1, 1, {})
+    assert sweep.error_line(UserError("bad input\nmore")) == "bad input"
+    assert sweep.error_line(ValueError("x\ny")) == "ValueError: y"
+
+
+# ------------------------------------------------------------------------------------------------
+# a real local Ray cluster
+# ------------------------------------------------------------------------------------------------
+
+SMALL = ["--questions", "3", "--substitutes", "3", "--max-new-tokens", "16"]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+RAY_PROCESS = re.compile(r"raylet|gcs_server|ray::|ray/_private|ray/dashboard|default_worker\.py|runtime_env/agent")
+
+
+def ray_processes() -> set[int]:
+    """Pids of the Ray processes on this machine (its raylet, GCS, workers, agents)."""
+    out = set()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if RAY_PROCESS.search(cmd):
+                out.add(int(p.name))
+    return out
+
+
+def wait_until_gone(before: set[int], timeout: float = 90) -> set[int]:
+    deadline = time.time() + timeout
+    left = ray_processes() - before
+    while left and time.time() < deadline:
+        time.sleep(0.5)
+        left = ray_processes() - before
+    return left
+
+
+def _sleight(*argv: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sleight.cli.main", *argv], env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def gguf() -> str:
+    from sleight.backends.resolve import DEFAULT_MODEL, resolve
+
+    path = resolve(DEFAULT_MODEL).gguf_path
+    assert path and Path(path).is_file()
+    return str(path)
+
+
+@pytest.mark.slow
+def test_ray_sweep_killed_task_resumed_equals_unsharded_runs(tmp_path, gguf):
+    pytest.importorskip("ray")
+    from sleight.tamper.store import load_clean, load_trials
+    from test_shards import same_records
+
+    models = ["smollm2-135m-instruct", gguf]
+    names = ["smollm2-135m-instruct", Path(gguf).stem]
+    out = tmp_path / "sweep"
+    before = ray_processes()
+    sweep_argv = [sys.executable, "-m", "sleight.cli.main", "tamper", "sweep", "--models", ",".join(models), "--shards", "2", *SMALL, "--out", str(out)]
+    proc = subprocess.Popen(sweep_argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # Kill the task of shard 1/2 of the first model once it has committed one of its two questions.
+    victim, deadline = None, time.time() + 900
+    while victim is None and time.time() < deadline and proc.poll() is None:
+        for rec in (out / names[0] / "sessions").glob("*.json") if (out / names[0] / "sessions").is_dir() else []:
+            try:
+                s = json.loads(rec.read_text())
+            except ValueError:
+                continue
+            if s["shard"] == "1/2" and s["new_units"] == 1 and not s["finished"]:
+                victim = s
+        time.sleep(0.05)
+    assert victim is not None, "no task was caught mid-way"
+    os.kill(victim["pid"], signal.SIGKILL)
+    committed = {p.name: p.stat().st_mtime_ns for p in (out / names[0] / "trials.parquet").glob("*.parquet")}
+    stdout, stderr = proc.communicate(timeout=1500)
+    assert proc.returncode == 2, stdout + stderr
+    assert "smollm2-135m-instruct [1/2]: FAILED: its worker process died" in stdout, stdout
+    assert "1 of 4 sweep task(s) failed" in stderr.strip().splitlines()[-1] and "Traceback" not in stderr + stdout
+    assert re.search(r"sweep: \d+/18 trials .*; tasks: ", stdout)  # one display across the tasks (a line per change here)
+    assert not wait_until_gone(before), "the sweep left Ray processes behind"
+
+    # The rerun skips the committed tasks and resumes the killed one: nothing lost, nothing twice.
+    rerun = _sleight(*sweep_argv[3:])
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "3 of 4 task(s) already committed" in rerun.stdout and "question(s) were already done" in rerun.stdout
+    for name, mtime in committed.items():
+        assert (out / names[0] / "trials.parquet" / name).stat().st_mtime_ns == mtime
+    assert not wait_until_gone(before), "the sweep left Ray processes behind"
+
+    # Record for record the trials of unsharded single-process runs (one torch thread, as each CPU task).
+    for model, name in zip(models, names):
+        ref = tmp_path / "ref" / name
+        done = _sleight("tamper", "run", "--model", model, *SMALL, "--threads", "1", "--no-progress", "--out", str(ref))
+        assert done.returncode == 0, done.stderr
+        assert same_records(load_trials(out / name), load_trials(ref)), name
+        assert same_records(load_clean(out / name), load_clean(ref)), name
+
+    # The sweep folder is one argument for the readers; a third run of the sweep has nothing to do.
+    report = _sleight("tamper", "report", str(out), "--out", str(tmp_path / "report"), "--no-site")
+    assert report.returncode == 0, report.stderr
+    board = (tmp_path / "report" / "leaderboard.md").read_text()
+    assert "smollm2-135m-instruct" in board and Path(gguf).name in board
+    idle = _sleight(*sweep_argv[3:], "--no-ray")
+    assert idle.returncode == 0 and "sweep: nothing to do" in idle.stdout
