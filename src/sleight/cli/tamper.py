@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sleight.cli import tamper_gold, tamper_report, tamper_run
+from sleight.cli import tamper_gold, tamper_report, tamper_run, tamper_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,5 +15,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     ts = p.add_subparsers(dest="tamper_command", metavar="SUBCOMMAND", required=True)
     tamper_run.register(ts)
+    tamper_sweep.register(ts)
     tamper_report.register(ts)
     tamper_gold.register(ts)
