@@ -506,7 +506,12 @@ class Session:
                 lock_path = root / f".{self.id}.lock"
                 fh = open(lock_path, "w")
                 if fcntl is not None:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    try:
+                        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        raise
+                    except OSError:  # a file system without locks (some NFS): leftovers then stay, harmless
+                        pass
                 self.tmp_dir.mkdir()
                 os.replace(lock_path, self.tmp_dir / "lock")
                 return fh
@@ -739,8 +744,8 @@ class RunDir:
             with fh:
                 try:
                     fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # alive
+                except OSError:
+                    continue  # alive (or a file system that cannot tell: keep it)
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     def record_session(self, shard: Shard, *, completed: bool, model: Mapping[str, Any] | None = None) -> None:
