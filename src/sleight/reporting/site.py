@@ -22,8 +22,8 @@ import pandas as pd
 from sleight.reporting.export import Section
 from sleight.reporting.runs import RunData
 from sleight.reporting.tables import fmt, lexical_flags
-from sleight.tamper.jury import DEFINITIONS, LABELS
 from sleight.tamper.gold import load_sample
+from sleight.tamper.jury import DEFINITIONS, LABELS
 from sleight.tamper.jury_run import answers_for
 
 TokenTexts = Callable[[Sequence[int]], list[str]]

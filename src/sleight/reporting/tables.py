@@ -252,8 +252,8 @@ def _slot_masses(votes: pd.DataFrame) -> np.ndarray:
     cols = [f"{label}_mass" for label in LABELS if f"{label}_mass" in votes.columns]
     if not cols or not len(votes):
         return np.zeros(0)
-    vals = pd.to_numeric(votes[cols].stack(), errors="coerce").dropna()
-    return vals.to_numpy(dtype=float)
+    vals = votes[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float).ravel()
+    return vals[~np.isnan(vals)]
 
 
 def _paths(votes: pd.DataFrame) -> str:
