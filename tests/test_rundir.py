@@ -40,7 +40,15 @@ def _table(unit: int, n: int = 2) -> pa.Table:
 
 
 def test_dumps_is_json_safe():
-    obj = {"nan": math.nan, "inf": -math.inf, "np": np.float32(0.5), "arr": np.arange(3), "t": (1, 2), 3: Path("/x"), "s": {"b", "a"}}
+    obj = {
+        "nan": math.nan,
+        "inf": -math.inf,
+        "np": np.float32(0.5),
+        "arr": np.arange(3),
+        "t": (1, 2),
+        3: Path("/x"),
+        "s": {"b", "a"},
+    }
     text = rundir.dumps(obj)
     assert json.loads(text) == {"nan": None, "inf": None, "np": 0.5, "arr": [0, 1, 2], "t": [1, 2], "3": "/x", "s": ["a", "b"]}
     assert "NaN" not in text and "Infinity" not in text
@@ -95,7 +103,12 @@ def test_damaged_parts_are_set_aside_with_one_line_and_never_trusted(tmp_path):
     good = parts.verified(rows=lambda _k: 2, redo=lambda k: f"unit {k} is redone", warn=lines.append)
     assert good == {"00000"}
     assert len(lines) == 3 and all("is damaged" in line and "moved it to" in line for line in lines)
-    assert "empty file" in lines[0] and "unit 00001 is redone" in lines[0] and "unreadable" in lines[1] and "1 rows, expected 2" in lines[2]
+    assert (
+        "empty file" in lines[0]
+        and "unit 00001 is redone" in lines[0]
+        and "unreadable" in lines[1]
+        and "1 rows, expected 2" in lines[2]
+    )
     assert parts.keys() == ["00000"]
     aside = sorted(p.name for p in (tmp_path / rundir.DAMAGED_DIR / "t.parquet").iterdir())
     assert [n.split(".")[0] for n in aside] == ["00001", "00002", "00003"]  # kept, not deleted
@@ -110,7 +123,16 @@ def test_damaged_parts_are_set_aside_with_one_line_and_never_trusted(tmp_path):
 # manifest, refusal, sessions
 # ------------------------------------------------------------------------------------------------
 
-MODEL = {"spec": "m", "model_id": "m.gguf", "revision": "abc", "chat_template_sha256": "t", "engine": "hf", "dtype": "float32", "device": "cpu", "batch_size": 8}
+MODEL = {
+    "spec": "m",
+    "model_id": "m.gguf",
+    "revision": "abc",
+    "chat_template_sha256": "t",
+    "engine": "hf",
+    "dtype": "float32",
+    "device": "cpu",
+    "batch_size": 8,
+}
 CONFIG = {"trigger": "the", "questions": {"n": 4, "sha256": "q"}, "source": "/a/path"}
 
 
@@ -157,7 +179,9 @@ def test_a_different_config_or_model_is_refused_in_one_line_and_overwrite_starts
 
 
 def test_legacy_manifests_are_read(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True, "sessions": [{"started": "x"}]}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True, "sessions": [{"started": "x"}]})
+    )
     m = RunDir(tmp_path, "tamper").require()
     assert m["completed"] is True and len(m["sessions"]) == 1
     with pytest.raises(UserError, match="holds a 'tamper' run, not 'forecast'"):
@@ -262,7 +286,10 @@ def test_schema_markdown_renders_the_schema_objects():
     md = rundir.schema_markdown(TRIALS_SCHEMA, {"model": "the model | spec"})
     lines = md.splitlines()
     assert lines[:2] == ["| column | type | note |", "|---|---|---|"] and len(lines) == 2 + len(TRIALS_SCHEMA)
-    assert "| `model` | `string` | the model \\| spec |" in lines and "| `top20_logprobs` | `list<item: list<item: halffloat>>` |  |" in lines
+    assert (
+        "| `model` | `string` | the model \\| spec |" in lines
+        and "| `top20_logprobs` | `list<item: list<item: halffloat>>` |  |" in lines
+    )
     assert rundir.fields_markdown(rundir.MANIFEST_FIELDS).count("\n") == 2 + len(rundir.MANIFEST_FIELDS)
 
 
@@ -277,7 +304,22 @@ DOWNSTREAM = {
 
 
 def _readout(kind: str, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "sleight.cli.main", "readout", kind, *DOWNSTREAM[kind], "--B", "50", "--chunk", "1", "--out", str(out), "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "sleight.cli.main",
+        "readout",
+        kind,
+        *DOWNSTREAM[kind],
+        "--B",
+        "50",
+        "--chunk",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.mark.slow

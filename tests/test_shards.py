@@ -31,7 +31,11 @@ def _sleight(*argv: str) -> subprocess.CompletedProcess:
 
 def same_records(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Record for record (every column, lists included), in the tables' own order."""
-    return len(a) == len(b) and list(a.columns) == list(b.columns) and all(repr(a[c].tolist()) == repr(b[c].tolist()) for c in a.columns)
+    return (
+        len(a) == len(b)
+        and list(a.columns) == list(b.columns)
+        and all(repr(a[c].tolist()) == repr(b[c].tolist()) for c in a.columns)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,12 @@ def runs(tmp_path_factory):
     done = subprocess.run(_run_argv(ref), env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     sharded = tmp / "sharded"
-    procs = [subprocess.Popen(_run_argv(sharded, "--shard", f"{k}/2"), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            _run_argv(sharded, "--shard", f"{k}/2"), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for k in (1, 2)
+    ]
     outs = [p.communicate(timeout=900) for p in procs]
     return {"ref": ref, "sharded": sharded, "procs": procs, "outs": outs, "tmp": tmp}
 
@@ -57,9 +66,13 @@ def test_concurrent_shards_give_the_records_of_one_unsharded_run(runs):
     assert not (sharded / ".tmp").exists()
     trials, clean = load_trials(sharded), load_clean(sharded)
     assert same_records(trials, load_trials(ref)) and same_records(clean, load_clean(ref))
-    n, distinct = duckdb.connect().execute(
-        f"select count(*), count(distinct (question_id, substitute)) from read_parquet('{sharded}/trials.parquet/*.parquet')"
-    ).fetchone()
+    n, distinct = (
+        duckdb.connect()
+        .execute(
+            f"select count(*), count(distinct (question_id, substitute)) from read_parquet('{sharded}/trials.parquet/*.parquet')"
+        )
+        .fetchone()
+    )
     assert n == distinct == 9
     again = _sleight("tamper", "run", *SMALL, "--out", str(sharded), "--shard", "1/2")
     assert again.returncode == 0 and "nothing to do" in again.stdout

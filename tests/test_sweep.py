@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from sleight.errors import UserError
-from sleight.rundir import Shard
 from sleight.tamper import sweep
 
 # ------------------------------------------------------------------------------------------------
@@ -26,9 +25,14 @@ from sleight.tamper import sweep
 
 
 def test_plan_has_one_task_per_model_and_shard():
-    tasks = sweep.plan_tasks(["a", "org/b"], 2, Path("OUT"), lambda m: m.replace("/", "--"), lambda m, s, out: ["run", m, str(s), str(out)])
+    tasks = sweep.plan_tasks(
+        ["a", "org/b"], 2, Path("OUT"), lambda m: m.replace("/", "--"), lambda m, s, out: ["run", m, str(s), str(out)]
+    )
     assert [(t.name, str(t.shard), str(t.out)) for t in tasks] == [
-        ("a", "1/2", "OUT/a"), ("a", "2/2", "OUT/a"), ("org--b", "1/2", "OUT/org--b"), ("org--b", "2/2", "OUT/org--b"),
+        ("a", "1/2", "OUT/a"),
+        ("a", "2/2", "OUT/a"),
+        ("org--b", "1/2", "OUT/org--b"),
+        ("org--b", "2/2", "OUT/org--b"),
     ]
     assert tasks[1].argv == ("run", "a", "2/2", "OUT/a") and tasks[1].label == "a [2/2]"
     with pytest.raises(UserError, match="would both write OUT/x"):
@@ -42,7 +46,9 @@ def test_task_argv_passes_the_run_flags_on():
     from sleight.cli.main import build_parser
     from sleight.cli.tamper_sweep import task_argv
 
-    args = build_parser().parse_args(["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2"])
+    args = build_parser().parse_args(
+        ["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2"]
+    )
     argv = task_argv(args, "m.gguf", "2/2", Path("OUT/m"), threads=1)
     assert argv[:9] == ["tamper", "run", "--model", "m.gguf", "--shard", "2/2", "--out", "OUT/m", "--no-progress"]
     rest = argv[9:]
@@ -104,7 +110,9 @@ def wait_until_gone(before: set[int], timeout: float = 90) -> set[int]:
 
 
 def _sleight(*argv: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sleight.cli.main", *argv], env=ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "sleight.cli.main", *argv], env=ENV, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +134,20 @@ def test_ray_sweep_killed_task_resumed_equals_unsharded_runs(tmp_path, gguf):
     names = ["smollm2-135m-instruct", Path(gguf).stem]
     out = tmp_path / "sweep"
     before = ray_processes()
-    sweep_argv = [sys.executable, "-m", "sleight.cli.main", "tamper", "sweep", "--models", ",".join(models), "--shards", "2", *SMALL, "--out", str(out)]
+    sweep_argv = [
+        sys.executable,
+        "-m",
+        "sleight.cli.main",
+        "tamper",
+        "sweep",
+        "--models",
+        ",".join(models),
+        "--shards",
+        "2",
+        *SMALL,
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(sweep_argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     # Kill the task of shard 1/2 of the first model once it has committed one of its two questions.

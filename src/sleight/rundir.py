@@ -40,9 +40,10 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -380,7 +381,9 @@ def model_identity(model: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def fingerprint(config: Mapping[str, Any], model: Mapping[str, Any] | None, keys: Sequence[str] | None = None) -> str:
     """sha256 of what decides the records: the identity part of the config and the model's identity."""
-    payload = json.dumps(json_safe({"config": identity(config, keys), "model": model_identity(model)}), sort_keys=True, default=str)
+    payload = json.dumps(
+        json_safe({"config": identity(config, keys), "model": model_identity(model)}), sort_keys=True, default=str
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -472,7 +475,9 @@ def versions() -> dict[str, str]:
 class Session:
     """One process's work on a run: its own record file, its own temporary folder (locked while it lives)."""
 
-    def __init__(self, run: RunDir, shard: Shard, model: Mapping[str, Any] | None, versions_: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, run: RunDir, shard: Shard, model: Mapping[str, Any] | None, versions_: Mapping[str, str] | None = None
+    ) -> None:
         self.run = run
         self._t0 = time.monotonic()
         started = dt.datetime.now(dt.timezone.utc)
@@ -587,7 +592,9 @@ class RunDir:
             return None
         m = read_json(self.manifest_path, "use another --out, or --overwrite to start over")
         if m.get("format") == FORMAT and int(m.get("version", 0)) > FORMAT_VERSION:
-            raise UserError(f"{self.manifest_path} is format version {m.get('version')}; this sleight reads up to {FORMAT_VERSION} (upgrade sleight)")
+            raise UserError(
+                f"{self.manifest_path} is format version {m.get('version')}; this sleight reads up to {FORMAT_VERSION} (upgrade sleight)"
+            )
         legacy = list(m.get("sessions") or [])
         sessions = legacy + self.sessions()
         m["sessions"] = sessions
@@ -631,7 +638,9 @@ class RunDir:
             self._check_kind(old)
             diff = config_diff(old.get("config") or {}, config, self.identity_keys)
             if diff:
-                raise UserError(f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over")
+                raise UserError(
+                    f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over"
+                )
         except UserError:
             if not overwrite:
                 raise
@@ -684,11 +693,15 @@ class RunDir:
                 old = self.require()
                 diff = config_diff(old.get("config") or {}, config, self.identity_keys)
                 if diff:
-                    raise UserError(f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over")
+                    raise UserError(
+                        f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over"
+                    )
                 if model is not None and old.get("model"):
                     mdiff = config_diff(model_identity(old["model"]), model_identity(model))
                     if mdiff:
-                        raise UserError(f"run directory {self.dir} was made with a different model ({'; '.join(mdiff)}); use another --out")
+                        raise UserError(
+                            f"run directory {self.dir} was made with a different model ({'; '.join(mdiff)}); use another --out"
+                        )
                 if int(old.get("units", units)) != int(units):
                     raise UserError(f"run directory {self.dir} has {old.get('units')} units, this run {units}; use another --out")
             self._clear_dead_tmp(session.id)
@@ -732,7 +745,7 @@ class RunDir:
                 continue
             lock = p if p.is_file() else p / "lock"
             try:
-                fh = open(lock, "r")
+                fh = open(lock)
             except FileNotFoundError:  # no lock (yet): a session being born, or one killed at birth
                 try:
                     young = time.time() - p.stat().st_mtime < grace_s
@@ -776,7 +789,9 @@ def find_runs(paths: Iterable[Path | str], kind: str) -> list[Path]:
         else:
             found = sorted(d for d in p.iterdir() if d.is_dir() and kind_of(d) == kind) if p.is_dir() else []
             if not found:
-                raise UserError(f"{p} is neither a {kind} run directory nor a folder of them (no {MANIFEST} in it or in its subfolders)")
+                raise UserError(
+                    f"{p} is neither a {kind} run directory nor a folder of them (no {MANIFEST} in it or in its subfolders)"
+                )
         out += [d for d in found if d not in out]
     return out
 

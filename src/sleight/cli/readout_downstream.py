@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from sleight.cli.common import add_model_args, check_writable, model_from_args
 from sleight.errors import UserError
@@ -95,7 +96,7 @@ class _Progress:
     def __init__(self, enabled: bool, total: int, unit: str) -> None:
         self.enabled = enabled
         self.total, self.unit = total, unit
-        self.bar = None
+        self.bar: Any = None
 
     def status(self, msg: str) -> None:
         if self.enabled:
@@ -202,7 +203,6 @@ def _run(
 def cmd_forecast(args: argparse.Namespace) -> int:
     from sleight.readout import forecast_pipeline as fp
     from sleight.readout.downstream_report import forecast_report
-
     from sleight.readout.downstream_run import FORECAST_SCHEMA, Pipeline
     from sleight.readout.downstream_scoring import cluster_codes
 

@@ -23,16 +23,38 @@ def register(sub: argparse._SubParsersAction) -> None:
             "'sleight tamper judge --run OUT' and 'sleight tamper report OUT'."
         ),
     )
-    p.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs (names, folders, .gguf files, hub ids)")
+    p.add_argument(
+        "--models", required=True, metavar="A,B,...", help="comma-separated model specs (names, folders, .gguf files, hub ids)"
+    )
     p.add_argument("--shards", type=int, default=1, metavar="N", help="shards per model: N tasks per model (default: 1)")
-    p.add_argument("--out", type=Path, default=Path("runs/sweep"), metavar="OUT", help="sweep folder: one run directory per model (default: runs/sweep)")
-    p.add_argument("--ray", default=None, metavar="ADDRESS", help="Ray cluster to join (auto, HOST:6379, ray://HOST:10001); default: start a local Ray cluster")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/sweep"),
+        metavar="OUT",
+        help="sweep folder: one run directory per model (default: runs/sweep)",
+    )
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="Ray cluster to join (auto, HOST:6379, ray://HOST:10001); default: start a local Ray cluster",
+    )
     p.add_argument("--no-ray", action="store_true", help="run the tasks one after another in this process, without Ray")
     p.add_argument(
-        "--gpus-per-task", type=float, default=None, metavar="G",
+        "--gpus-per-task",
+        type=float,
+        default=None,
+        metavar="G",
         help="GPUs per task (default: the engine's --tensor-parallel-size where the cluster has GPUs, 0 otherwise)",
     )
-    p.add_argument("--cpus-per-task", type=int, default=1, metavar="C", help="CPUs per task; on CPU also its torch threads unless --threads says otherwise (default: 1)")
+    p.add_argument(
+        "--cpus-per-task",
+        type=int,
+        default=1,
+        metavar="C",
+        help="CPUs per task; on CPU also its torch threads unless --threads says otherwise (default: 1)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     add_trial_args(p)
     add_model_args(p, model=False)
@@ -88,7 +110,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError(f"--gpus-per-task must be 0 or more (got {args.gpus_per_task})")
     check_writable(args.out, "--out")
     models = sweep.parse_models(args.models)
-    tasks = sweep.plan_tasks(models, args.shards, args.out, lambda m: default_out(m).name, lambda m, s, out: task_argv(args, m, str(s), out))
+    tasks = sweep.plan_tasks(
+        models, args.shards, args.out, lambda m: default_out(m).name, lambda m, s, out: task_argv(args, m, str(s), out)
+    )
 
     # Every task checked here first (inputs, a different config refused, committed parts verified),
     # so a mistake answers in one line before a cluster starts; finished shards are not scheduled.
@@ -107,13 +131,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep: {skipped} of {len(tasks)} task(s) already committed in {args.out}; {len(todo)} to run")
     if not todo:
         display.close()
-        print(f"sweep: nothing to do; judge with 'sleight tamper judge --run {args.out} --jury ...', report with 'sleight tamper report {args.out}'")
+        print(
+            f"sweep: nothing to do; judge with 'sleight tamper judge --run {args.out} --jury ...', report with 'sleight tamper report {args.out}'"
+        )
         return 0
 
     ray = None if args.no_ray else sweep.import_ray(required=args.ray is not None)
     if ray is None:
         if not args.no_ray:
-            print(f"sweep: Ray is not installed, so the {len(todo)} task(s) run one after another here (pip install 'sleight[ray]' to schedule them on a cluster)")
+            print(
+                f"sweep: Ray is not installed, so the {len(todo)} task(s) run one after another here (pip install 'sleight[ray]' to schedule them on a cluster)"
+            )
         results = sweep.run_in_process(todo, run_task, display)
         where = "in this process"
     else:
@@ -123,7 +151,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         tp = max(1, int(getattr(args, "tensor_parallel_size", 1) or 1))
         results, gpus = sweep.run_on_ray(
-            ray, todo, run_task, display, address=args.ray, gpus=args.gpus_per_task, gpus_auto=float(tp), cpus=args.cpus_per_task, argv_for=argv_for
+            ray,
+            todo,
+            run_task,
+            display,
+            address=args.ray,
+            gpus=args.gpus_per_task,
+            gpus_auto=float(tp),
+            cpus=args.cpus_per_task,
+            argv_for=argv_for,
         )
         where = f"on Ray ({args.ray or 'local cluster'}; {gpus:g} GPU(s), {args.cpus_per_task} CPU(s) per task)"
     failed = [r for r in results if not r.ok]
@@ -134,5 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"  {r.task.label}: FAILED: {r.error}")
     print(f"sweep: {len(results) - len(failed)} of {len(results)} task(s) finished {where}; runs in {args.out}")
     if failed:
-        raise UserError(f"{len(failed)} of {len(results)} sweep task(s) failed (listed above); run the same command again to resume them")
+        raise UserError(
+            f"{len(failed)} of {len(results)} sweep task(s) failed (listed above); run the same command again to resume them"
+        )
     return 0

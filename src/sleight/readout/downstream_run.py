@@ -18,9 +18,10 @@ starts over.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -172,7 +173,7 @@ def run_pipeline(
     run = RunDir(out, pipeline.kind)
     run.check(config, overwrite=overwrite)
     parts = run.parts(PARTS, pipeline.schema)
-    ids = [str(getattr(it, "id")) for it in items]
+    ids = [str(it.id) for it in items]
     index = {k: i for i, k in enumerate(ids)}
     groups = [pipeline.group(it) if pipeline.group else ids[i] for i, it in enumerate(items)]
     plan = plan_chunks(groups, chunk)

@@ -17,8 +17,9 @@ processes at once: they share the manifest, and each writes only its own questio
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -73,11 +74,19 @@ class RunStore:
         self.run.check(config, overwrite=overwrite)
 
     def open(
-        self, config: dict[str, Any], model_info: dict[str, Any], prompts: dict[str, str], versions: dict[str, str], *, shard: Shard = ALL
+        self,
+        config: dict[str, Any],
+        model_info: dict[str, Any],
+        prompts: dict[str, str],
+        versions: dict[str, str],
+        *,
+        shard: Shard = ALL,
     ) -> None:
         """Create the run (or join it, as a resumed or a concurrent shard): check the config and the
         model, and record this session."""
-        self.session = self.run.open(config, model_info, units=int(config["questions"]["n"]), extra={"prompts": prompts}, shard=shard, versions_=versions)
+        self.session = self.run.open(
+            config, model_info, units=int(config["questions"]["n"]), extra={"prompts": prompts}, shard=shard, versions_=versions
+        )
         self.manifest = self.run.read_manifest() or {}
 
     # -- progress --------------------------------------------------------------------------------
@@ -133,5 +142,3 @@ def load_clean(run_dir: Path | str) -> pd.DataFrame:
 def load_manifest(run_dir: Path | str) -> dict[str, Any]:
     """The run's manifest (with its sessions); a clear error when ``run_dir`` is not a tamper run."""
     return RunDir(run_dir, KIND).require("make one with 'sleight tamper run'")
-
-

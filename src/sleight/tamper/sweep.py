@@ -18,9 +18,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from sleight.errors import UserError
 from sleight.rundir import Shard
@@ -110,7 +111,14 @@ class Display:
     """The sweep's one progress display: a line rewritten in place on a terminal, a new line per
     change otherwise (a log, CI, a pipe)."""
 
-    def __init__(self, runs: Mapping[str, tuple[Path, int, int]], *, stream: TextIO | None = None, enabled: bool = True, interactive: bool | None = None) -> None:
+    def __init__(
+        self,
+        runs: Mapping[str, tuple[Path, int, int]],
+        *,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        interactive: bool | None = None,
+    ) -> None:
         self.runs = dict(runs)  # name -> (run dir, questions, substitutes)
         self.stream = stream if stream is not None else sys.stdout
         self.enabled = enabled
@@ -207,7 +215,9 @@ def import_ray(required: bool) -> Any | None:
         import ray
     except ImportError:
         if required:
-            raise UserError("--ray needs Ray, which is not installed: pip install 'sleight[ray]' (or drop --ray to run the tasks one after another)") from None
+            raise UserError(
+                "--ray needs Ray, which is not installed: pip install 'sleight[ray]' (or drop --ray to run the tasks one after another)"
+            ) from None
         return None
     return ray
 
@@ -220,7 +230,14 @@ def task_env(gpus: float, cpus: int, base: Mapping[str, str] | None = None) -> d
     env = {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
     if not gpus:
         env["OMP_NUM_THREADS"] = str(max(1, cpus))
-    for key in ("HF_HUB_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "SLEIGHT_CACHE", "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+    for key in (
+        "HF_HUB_OFFLINE",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "SLEIGHT_CACHE",
+        "TRANSFORMERS_VERBOSITY",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+    ):
         if base.get(key):
             env[key] = base[key]
     return env
@@ -251,13 +268,20 @@ def run_on_ray(
     """
     import logging
 
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING, **dict(init_kwargs or {})}
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "logging_level": logging.WARNING,
+        **dict(init_kwargs or {}),
+    }
     if address:
         kwargs["address"] = address
     ray.init(**kwargs)
     try:
         per_task = gpus if gpus is not None else (gpus_auto if cluster_gpus(ray) > 0 else 0.0)
-        remote = ray.remote(num_cpus=cpus, num_gpus=per_task, max_calls=1, max_retries=0, runtime_env={"env_vars": task_env(per_task, cpus)})(task_fn)
+        remote = ray.remote(
+            num_cpus=cpus, num_gpus=per_task, max_calls=1, max_retries=0, runtime_env={"env_vars": task_env(per_task, cpus)}
+        )(task_fn)
         refs = {remote.remote(list(argv_for(t, per_task) if argv_for else t.argv)): t for t in tasks}
         pending = list(refs)
         results: dict[Task, TaskResult] = {}
