@@ -33,9 +33,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from sleight.backends import load_model
-    from sleight.readout.measure import measure, prepare
-    from sleight.readout.presets import FORECAST_STEM, preset_items
-    from sleight.readout.variants import parse_variants
+    from sleight.readout.audit.measure import measure, prepare
+    from sleight.readout.audit.presets import FORECAST_STEM, preset_items
+    from sleight.readout.audit.variants import parse_variants
 
     model = load_model(args.model)
     items = preset_items("forecast", limit=args.items)

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleight.backends import DEFAULT_MODEL
-from sleight.reporting.report import write_report
-from sleight.tamper import jury_store
-from sleight.tamper.judged import judged_trials, load_run_trials
+from sleight.tamper.report.report import write_report
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
 from sleight.tamper.records import CLEAN_SCHEMA, TRIALS_SCHEMA
 
 SAMPLE = "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre and the Seine river. "

@@ -59,7 +59,7 @@ class Chromium:
         self.close()
         raise RuntimeError("chromium did not open its DevTools port in time")
 
-    def new_page(self) -> "Page":
+    def new_page(self) -> Page:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
         with urllib.request.urlopen(req, timeout=10) as r:
             target = json.loads(r.read())

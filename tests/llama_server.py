@@ -19,9 +19,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 
 def free_port() -> int:
@@ -149,7 +149,7 @@ class ScriptedChatServer:
     def spec(self, model: str) -> str:
         return f"openai:{self.base_url}#{model}"
 
-    def __enter__(self) -> "ScriptedChatServer":
+    def __enter__(self) -> ScriptedChatServer:
         self.thread.start()
         return self
 

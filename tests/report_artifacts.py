@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from llama_server import ScriptedChatServer
-from tamper_artifacts import copy_run, real_run
 
+from llama_server import ScriptedChatServer
 from sleight.backends.resolve import BUNDLED, DEFAULT_MODEL, bundled_gguf
 from sleight.cli.main import main
-from sleight.tamper.jury_run import judge_run
+from sleight.tamper.jury.run import judge_run
+from tamper_artifacts import copy_run, real_run
 
-_MEMO: dict[str, "Judged"] = {}
+_MEMO: dict[str, Judged] = {}
 
 
 @dataclass

@@ -11,13 +11,13 @@ import pytest
 
 from sleight.cli.main import main
 from sleight.position import encode_continuation
-from sleight.readout import forecast_pipeline as fp
-from sleight.readout.classify import ARGMAX_CLASSES
-from sleight.readout.downstream_scoring import cluster_codes
-from sleight.readout.presets import FORECAST_OPTIONS, FORECAST_STEM, forecast_prompt
-from sleight.readout.ptrue import ptrue_prompt
-from sleight.readout.ptrue_answers import judge_answer, load_qa_items
+from sleight.readout.audit.classify import ARGMAX_CLASSES
+from sleight.readout.audit.presets import FORECAST_OPTIONS, FORECAST_STEM, forecast_prompt
+from sleight.readout.forecast import pipeline as fp
+from sleight.readout.ptrue.answers import judge_answer, load_qa_items
+from sleight.readout.ptrue.readouts import ptrue_prompt
 from sleight.stats import auroc, brier, paired_bootstrap, prr
+from sleight.stats.downstream import cluster_codes
 
 pytestmark = pytest.mark.slow  # the forecast and P(True) commands end to end
 

@@ -11,16 +11,9 @@ import pytest
 
 from sleight.errors import UserError
 from sleight.readout import downstream_report as dr
-from sleight.readout import forecast_pipeline as fp
-from sleight.readout import ptrue_pipeline as pp
-from sleight.readout.downstream_scoring import (
-    clean,
-    cluster_codes,
-    mass_summary,
-    metric_interval,
-    paired_difference,
-)
-from sleight.readout.ptrue_answers import (
+from sleight.readout.forecast import pipeline as fp
+from sleight.readout.ptrue import pipeline as pp
+from sleight.readout.ptrue.answers import (
     QAItem,
     alias_match,
     first_standalone_letter,
@@ -28,6 +21,13 @@ from sleight.readout.ptrue_answers import (
     load_qa_items,
 )
 from sleight.stats import auroc, bootstrap_ci, brier, paired_bootstrap, prr, resample
+from sleight.stats.downstream import (
+    clean,
+    cluster_codes,
+    mass_summary,
+    metric_interval,
+    paired_difference,
+)
 
 # ---------------------------------------------------------------------------------------------
 # correctness rules

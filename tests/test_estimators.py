@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from sleight.readout.estimators import TOKEN_ESTIMATORS, AnswerTokens, answer_tokens, comparison, estimate
-from sleight.readout.ptrue_answers import DEFAULT_ITEMS, greedy_answers, load_qa_items
-from sleight.readout.ptrue_estimators import render_markdown, run_estimators
+from sleight.readout.ptrue.answers import DEFAULT_ITEMS, greedy_answers, load_qa_items
+from sleight.readout.ptrue.estimators import render_markdown, run_estimators
+from sleight.readout.ptrue.uncertainty import TOKEN_ESTIMATORS, AnswerTokens, answer_tokens, comparison, estimate
 
 
 def test_the_three_formulas():

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from sleight.position import encode_continuation
-from sleight.readout.forecast_pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
-from sleight.readout.forecast_readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
-from sleight.readout.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OPTIONS, forecast_prompt
-from sleight.readout.text_parsers import first_grid_value
+from sleight.readout.audit.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OPTIONS, forecast_prompt
+from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
+from sleight.readout.forecast.readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
+from sleight.readout.scan.text_parsers import first_grid_value
 
 
 @pytest.fixture(scope="module")

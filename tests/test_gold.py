@@ -17,8 +17,9 @@ import pytest
 from chromium import Chromium, Page, chromium_binary
 from report_artifacts import judged_report
 from sleight.errors import UserError
-from sleight.tamper import gold, jury_store
-from sleight.tamper.jury import LABELS
+from sleight.tamper.jury import gold
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.prompt import LABELS
 from tamper_artifacts import sleight
 
 

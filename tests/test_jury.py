@@ -15,10 +15,10 @@ import pytest
 
 from llama_server import ScriptedChatServer, start_llama_server
 from sleight.backends.chat import LocalChat
-from sleight.tamper import jury_store
-from sleight.tamper.judged import judged_trials, load_run_trials
-from sleight.tamper.jury import LABELS, parse_vote
-from sleight.tamper.jury_run import judge_run
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.prompt import LABELS, parse_vote
+from sleight.tamper.jury.run import judge_run
 from tamper_artifacts import copy_run, real_run, sleight
 
 FALSE_STRINGS = 'Sure:\n{"flagged": "false", "corrected": "true", "derailed": "false", "switch_aware": "false", "reason": "reads fine"}'

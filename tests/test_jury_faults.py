@@ -11,9 +11,9 @@ import pytest
 
 from fault_server import Answer, FaultServer, reply
 from sleight.backends.chat import OpenAIChat
-from sleight.tamper import jury_store
-from sleight.tamper.judged import judged_trials, load_run_trials
-from sleight.tamper.jury_run import judge_run, judge_runs
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.run import judge_run, judge_runs
 from tamper_artifacts import copy_run, real_run, sleight
 
 GOOD = '{"flagged": false, "corrected": true, "derailed": false, "switch_aware": false, "reason": "fine"}'

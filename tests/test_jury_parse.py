@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sleight.errors import UserError
-from sleight.tamper.jury import (
+from sleight.tamper.jury.prompt import (
     LABELS,
     Case,
     accepted_answers,
@@ -15,7 +15,7 @@ from sleight.tamper.jury import (
     parse_vote,
     retry_messages,
 )
-from sleight.tamper.jury_store import _ignored
+from sleight.tamper.jury.store import _ignored
 from sleight.tamper.lexical import lexical_flag
 
 CASE = Case(

@@ -14,8 +14,8 @@ import pytest
 
 from fault_server import Answer, FaultServer, reply
 from sleight.backends.chat import LocalChat, OpenAIChat
-from sleight.readout import judge
-from sleight.readout.judge_run import JUDGEMENTS, VERDICTS, judge_audit, load_judgements
+from sleight.readout.audit import judge
+from sleight.readout.audit.judge_run import JUDGEMENTS, VERDICTS, judge_audit, load_judgements
 from tamper_artifacts import sleight
 
 

@@ -15,10 +15,10 @@ from fault_server import Answer, FaultServer, reply
 from llama_server import start_llama_server
 from sleight.backends.chat import OpenAIChat
 from sleight.jury.cast import SCHEMA_REFUSED, soft_from_logprobs
-from sleight.tamper import jury_store
-from sleight.tamper.judged import judged_trials, load_run_trials
-from sleight.tamper.jury import BALLOT, LABELS
-from sleight.tamper.jury_run import judge_run
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.prompt import BALLOT, LABELS
+from sleight.tamper.jury.run import judge_run
 from tamper_artifacts import copy_run, real_run, sleight
 
 GOOD = '{"flagged": true, "corrected": true, "derailed": false, "switch_aware": false, "reason": "ok"}'

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sleight.tamper import jury_store
-from sleight.tamper.judged import judged_trials, load_run_trials
-from sleight.tamper.jury import LABELS, judge_messages
-from sleight.tamper.jury_run import case_of
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.prompt import LABELS, judge_messages
+from sleight.tamper.jury.run import case_of
 from tamper_artifacts import copy_run, real_run, sleight
 
 JUROR = "smollm2-135m-instruct"

@@ -11,8 +11,8 @@ from chromium import Chromium, chromium_binary
 from llama_server import ScriptedChatServer
 from report_artifacts import judged_report
 from sleight.cli.main import main
-from sleight.reporting import tables
-from sleight.tamper.jury_run import judge_run
+from sleight.tamper.jury.run import judge_run
+from sleight.tamper.report import tables
 from tamper_artifacts import copy_run, real_run
 
 WINDOW = 1400
@@ -108,7 +108,7 @@ def test_table1_fits_a_1400px_window_with_undecided_in_view(tmp_path_factory, ab
 
 
 def test_swap_profile_legend_draws_the_clean_line_dashed():
-    from sleight.reporting.plots import _pyplot, draw_swap_profile
+    from sleight.tamper.report.plots import _pyplot, draw_swap_profile
 
     rows = [("m", s, k, "surprisal", 1.0 + k / 10, 3) for s in ("tampered", "clean") for k in (-1, 0, 1)]
     fig = draw_swap_profile(pd.DataFrame(rows, columns=["model", "series", "offset", "metric", "mean", "n"]))

@@ -10,7 +10,7 @@ import pytest
 from sleight.cli.main import main
 from sleight.errors import UserError
 from sleight.position import encode_continuation
-from sleight.readout.lm_eval_scan import find_tasks, leading_whitespace, scan_task
+from sleight.readout.scan.lm_eval import find_tasks, leading_whitespace, scan_task
 
 DOCS = [
     {"q": "The capital of France is", "choices": ["Paris", "Rome", "Madrid"], "gold": 0},

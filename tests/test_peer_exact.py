@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from sleight.readout.lm_eval import load_lm_eval_task
-from sleight.readout.measure import measure
-from sleight.readout.ptrue import ptrue_prompt, score_pairs
+from sleight.readout.audit.lm_eval import load_lm_eval_task
+from sleight.readout.audit.measure import measure
+from sleight.readout.ptrue.readouts import ptrue_prompt, score_pairs
 
 DOCS = [
     {"q": "What is the capital of France?", "opts": ["Paris", "London", "Berlin", "Rome"], "label": 0},

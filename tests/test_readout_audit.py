@@ -10,9 +10,9 @@ import pytest
 
 from sleight.cli.main import main
 from sleight.errors import UserError
-from sleight.readout.audit import AuditConfig, run_audit
-from sleight.readout.measure import SCHEMA
-from sleight.readout.presets import FORECAST_STEM, preset_items
+from sleight.readout.audit.measure import SCHEMA
+from sleight.readout.audit.presets import FORECAST_STEM, preset_items
+from sleight.readout.audit.run import AuditConfig, run_audit
 
 pytestmark = pytest.mark.slow  # audit runs with a crash and resume, the CLI
 
@@ -129,9 +129,9 @@ def test_a_different_audit_is_refused(model, audit_dir):
 
 def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
     """``readout audit --preset ptrue`` and ``readout ptrue`` are one thing: the same rows."""
-    from sleight.readout.ptrue import READOUT_NAMES
-    from sleight.readout.ptrue_answers import load_qa_items
-    from sleight.readout.ptrue_pipeline import run_ptrue
+    from sleight.readout.ptrue.answers import load_qa_items
+    from sleight.readout.ptrue.pipeline import run_ptrue
+    from sleight.readout.ptrue.readouts import READOUT_NAMES
 
     items = preset_items("ptrue", limit=1)
     result = run_audit(model, items, tmp_path, AuditConfig(preset="ptrue", variants=("original",), max_new_tokens=4), show_progress=False)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sleight.readout.checks import CHANGE_B, CHANGE_MIN_ITEMS, downstream_change, run_checks
-from sleight.readout.report import stem_text
+from sleight.readout.audit.checks import CHANGE_B, CHANGE_MIN_ITEMS, downstream_change, run_checks
+from sleight.readout.audit.report import stem_text
 from sleight.stats import auroc, paired_bootstrap
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from sleight.errors import UserError
-from sleight.readout.classify import classify_continuation, classify_token
-from sleight.readout.items import load_items, parse_options, resolve_options
-from sleight.readout.lm_eval import load_lm_eval_task
-from sleight.readout.presets import (
+from sleight.readout.audit.classify import classify_continuation, classify_token
+from sleight.readout.audit.items import load_items, parse_options, resolve_options
+from sleight.readout.audit.lm_eval import load_lm_eval_task
+from sleight.readout.audit.presets import (
     FORECAST_ITEM_INSTRUCTION,
     FORECAST_LEAD,
     FORECAST_QUESTION,
@@ -24,9 +24,9 @@ from sleight.readout.presets import (
     preset_items,
     split_sentences,
 )
-from sleight.readout.ptrue import PTRUE_TEMPLATE, polygraph_logprob, ptrue_deleted_prompt, ptrue_prompt
-from sleight.readout.sources import load_source, mmlu_records, race_records, triviaqa_records
-from sleight.readout.variants import FENCE_BEGIN, FENCE_END, SUBSTITUTES, VARIANTS, Skipped, make_variant, parse_variants
+from sleight.readout.audit.sources import load_source, mmlu_records, race_records, triviaqa_records
+from sleight.readout.audit.variants import FENCE_BEGIN, FENCE_END, SUBSTITUTES, VARIANTS, Skipped, make_variant, parse_variants
+from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, polygraph_logprob, ptrue_deleted_prompt, ptrue_prompt
 
 
 def write(tmp_path, name, text):
@@ -200,7 +200,7 @@ def test_variants_edit_the_quoted_item():
 
 
 def test_variants_are_skipped_when_the_item_lacks_a_part():
-    from sleight.readout.items import item_from_record
+    from sleight.readout.audit.items import item_from_record
 
     bare = item_from_record({"id": "x", "prompt": "hello"}, "t")
     for v in ("stem", "deleted_instruction", "deleted_choices", "fenced", "substituted:empty"):

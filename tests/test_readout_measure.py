@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sleight.position import encode_continuation
-from sleight.readout.items import item_from_record
-from sleight.readout.measure import measure
+from sleight.readout.audit.items import item_from_record
+from sleight.readout.audit.measure import measure
 
 pytestmark = pytest.mark.slow  # the audit's measurement of 8 contexts on the real model
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sleight.position import encode_continuation
-from sleight.readout.ptrue import MOVED_STEM, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
+from sleight.readout.ptrue.readouts import MOVED_STEM, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
 
 pytestmark = pytest.mark.slow  # P(True) readouts and generate() on the real model
 

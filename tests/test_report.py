@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from report_artifacts import judged_report
 
-from sleight.reporting.runs import display_model
-from sleight.tamper import jury_store
+from report_artifacts import judged_report
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.report.runs import display_model
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +187,8 @@ def test_jury_of_one_is_labelled(judged):
 
 
 def test_swap_profile_reads_the_stored_signals(judged):
-    from sleight.reporting.plots import swap_profile
-    from sleight.reporting.runs import load_run
+    from sleight.tamper.report.plots import swap_profile
+    from sleight.tamper.report.runs import load_run
 
     prof = swap_profile([load_run(judged.runs[0])])
     tam = prof[(prof["series"] == "tampered") & (prof["metric"] == "surprisal")]

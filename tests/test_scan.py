@@ -12,10 +12,10 @@ import pytest
 from chromium import Chromium, chromium_binary
 from sleight.cli.main import main
 from sleight.position import read_positions
-from sleight.readout.scan import FLAG_RULES, repaired_context, scan_row
-from sleight.readout.scorers import SCORERS, scorer_items
-from sleight.readout.text_parsers import first_uppercase_ab, rotation_contrast
-from sleight.readout.variants import make_variant, render
+from sleight.readout.audit.variants import make_variant, render
+from sleight.readout.scan.run import FLAG_RULES, repaired_context, scan_row
+from sleight.readout.scan.scorers import SCORERS, scorer_items
+from sleight.readout.scan.text_parsers import first_uppercase_ab, rotation_contrast
 
 
 def readings(model, name: str, limit: int = 2):

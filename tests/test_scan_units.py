@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from sleight.readout.grades import paired_document_difference, per_document_rho, spearman, within_document_spearman
-from sleight.readout.text_parsers import continuation_forecast, first_grid_value, first_uppercase_ab, rotation_contrast
+from sleight.readout.scan.grades import paired_document_difference, per_document_rho, spearman, within_document_spearman
+from sleight.readout.scan.text_parsers import continuation_forecast, first_grid_value, first_uppercase_ab, rotation_contrast
 
 
 def test_first_uppercase_ab_is_opencompass_rule():

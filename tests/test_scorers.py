@@ -15,9 +15,9 @@ import pytest
 
 from sleight.errors import UserError
 from sleight.position import encode_continuation
-from sleight.readout.ptrue import PTRUE_TEMPLATE, ptrue_prompt
-from sleight.readout.scorers import SCORERS, chatml_messages, grader_rotations, scorer_items, scorer_records, template_text
-from sleight.readout.variants import make_variant, render
+from sleight.readout.audit.variants import make_variant, render
+from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, ptrue_prompt
+from sleight.readout.scan.scorers import SCORERS, chatml_messages, grader_rotations, scorer_items, scorer_records, template_text
 
 TEMPLATE_SHA256 = {
     "geval": "455153a5fdbba82ae8e790fee4ae74bc33b75fc5e1bc3b9cf6acbcf8864b1b4e",
@@ -99,7 +99,7 @@ def test_the_published_endings(model):
     assert ctx["alpacaeval"].endswith(f"## Best Model Identifier{CHAT_END}")
     assert ctx["opencompass"].endswith(f"Judging the correctness of the candidate's answer:{CHAT_END}")
     assert "A: CORRECT\nB: INCORRECT" in ctx["opencompass"] and "\n A) Paris\n B) Rome\n C) Madrid\n D) Berlin\n" in ctx["opencompass"]
-    # lm-polygraph's prompt is the one Library reads (sleight.readout.ptrue), in the same user turn.
+    # lm-polygraph's prompt is the one Library reads (sleight.readout.ptrue.readouts), in the same user turn.
     assert template_text(SCORERS["lmpolygraph"]) == PTRUE_TEMPLATE
     _, rec = filled("lmpolygraph")
     assert ctx["lmpolygraph"] == model.render_chat([{"role": "user", "content": ptrue_prompt(rec["question"], rec["answer"])}]).text

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs
 
 import pandas as pd
 import pytest
+
 from chromium import Chromium, chromium_binary
 from report_artifacts import judged_report
 
@@ -163,8 +164,8 @@ def test_view_refuses_a_directory_without_a_report(tmp_path):
 
 def test_viewer_tokens_spell_the_stored_replies(judged):
     """The viewer's per-token pieces join to exactly the stored reply (clean runs included)."""
-    from sleight.reporting.runs import load_run
-    from sleight.reporting.site import token_texter
+    from sleight.tamper.report.runs import load_run
+    from sleight.tamper.report.site import token_texter
 
     run = load_run(judged.runs[0])
     texts = token_texter(run)

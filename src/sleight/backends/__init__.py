@@ -1,6 +1,8 @@
 """Model layer: one interface (:class:`LanguageModel`), several engines.
 
 ``load_model(spec, engine=...)`` is the only entry point the instruments use.
+
+May import: ``sleight.errors`` only (every other layer builds on this one).
 """
 
 from __future__ import annotations

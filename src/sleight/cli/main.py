@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 import warnings
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from sleight import __version__
 from sleight.errors import UserError

@@ -61,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _items_from_args(args: argparse.Namespace):
     """Validated items and the config (no model needed)."""
-    from sleight.readout.items import load_items, parse_options, resolve_options
-    from sleight.readout.variants import parse_variants
+    from sleight.readout.audit.items import load_items, parse_options, resolve_options
+    from sleight.readout.audit.variants import parse_variants
 
     if bool(args.items) == bool(args.preset):
         raise UserError("give exactly one of --items FILE or --preset NAME")
@@ -77,8 +77,8 @@ def _items_from_args(args: argparse.Namespace):
     run_options = parse_options(args.options) if args.options is not None else None
     stem = args.stem
     if args.preset:
-        from sleight.readout.presets import preset_defaults, preset_items
-        from sleight.readout.sources import load_source
+        from sleight.readout.audit.presets import preset_defaults, preset_items
+        from sleight.readout.audit.sources import load_source
 
         records = load_source(args.data, limit=args.limit) if args.data else None
         items = preset_items(args.preset, records, note=args.note, limit=args.limit if records is None else None, instruct=args.instruct)
@@ -93,7 +93,7 @@ def _items_from_args(args: argparse.Namespace):
     else:
         path = Path(args.items)
         if path.suffix.lower() in (".yaml", ".yml"):
-            from sleight.readout.lm_eval import load_lm_eval_task
+            from sleight.readout.audit.lm_eval import load_lm_eval_task
 
             items = load_lm_eval_task(path, chat=True if args.lm_eval_chat else None, limit=args.limit)
         else:
@@ -103,7 +103,7 @@ def _items_from_args(args: argparse.Namespace):
         source = str(path)
         name = path.stem
     items = resolve_options(items, run_options)
-    from sleight.readout.audit import AuditConfig  # pandas and pyarrow: only once the inputs are good
+    from sleight.readout.audit.run import AuditConfig  # pandas and pyarrow: only once the inputs are good
 
     config = AuditConfig(
         source=source,
@@ -120,7 +120,7 @@ def _items_from_args(args: argparse.Namespace):
 
 def cmd_audit(args: argparse.Namespace) -> int:
     items, config, name = _items_from_args(args)
-    from sleight.readout.audit import run_audit
+    from sleight.readout.audit.run import run_audit
 
     out = check_writable(args.out or f"runs/readout-{name}", "--out")
     if args.threads:
@@ -150,7 +150,7 @@ def _f(v) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from sleight.readout.audit import finalise
+    from sleight.readout.audit.run import finalise
 
     out = Path(args.dir)
     if not out.is_dir():

@@ -201,10 +201,10 @@ def _run(
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    from sleight.readout import forecast_pipeline as fp
     from sleight.readout.downstream_report import forecast_report
     from sleight.readout.downstream_run import FORECAST_SCHEMA, Pipeline
-    from sleight.readout.downstream_scoring import cluster_codes
+    from sleight.readout.forecast import pipeline as fp
+    from sleight.stats.downstream import cluster_codes
 
     def pipeline(prog: _Progress, all_items: list[Any]) -> Pipeline:
         clusters = cluster_codes([it.passage for it in all_items])  # over the whole run, not per part
@@ -240,14 +240,14 @@ def cmd_forecast(args: argparse.Namespace) -> int:
 
 
 def cmd_ptrue(args: argparse.Namespace) -> int:
-    from sleight.readout import ptrue_pipeline as pp
     from sleight.readout.downstream_report import ptrue_report
-    from sleight.readout.ptrue_answers import load_qa_items
+    from sleight.readout.ptrue import pipeline as pp
+    from sleight.readout.ptrue.answers import load_qa_items
 
     settings = pp.parse_settings(args.answers)
 
     from sleight.readout.downstream_run import PTRUE_SCHEMA, Pipeline
-    from sleight.readout.ptrue import READOUTS
+    from sleight.readout.ptrue.readouts import READOUTS
 
     def pipeline(prog: _Progress, all_items: list[Any]) -> Pipeline:
         sources = ("own", "gold", "wrong")

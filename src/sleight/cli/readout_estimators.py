@@ -31,13 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_estimators(args: argparse.Namespace) -> int:
-    from sleight.readout.ptrue_answers import DEFAULT_ITEMS, load_qa_items
+    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
 
     if args.max_new_tokens < 1 or args.bootstrap < 1:
         raise UserError("--max-new-tokens and --bootstrap must be at least 1")
     items = load_qa_items(args.items or DEFAULT_ITEMS, limit=args.limit)
     model = model_from_args(args)
-    from sleight.readout.ptrue_estimators import run_estimators, write_result
+    from sleight.readout.ptrue.estimators import run_estimators, write_result
 
     result = run_estimators(model, items, instruct=not args.raw, max_new_tokens=args.max_new_tokens, use_polygraph=not args.no_polygraph, B=args.bootstrap)
     files = write_result(Path(args.out), result, model.info.as_dict())

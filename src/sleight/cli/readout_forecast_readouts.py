@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_forecast_readouts(args: argparse.Namespace) -> int:
-    from sleight.readout.forecast_pipeline import DEFAULT_ITEMS, load_race_items
-    from sleight.readout.forecast_readouts import ALT_STEM, check_alt_template
+    from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items
+    from sleight.readout.forecast.readouts import ALT_STEM, check_alt_template
 
     items = load_race_items(args.items or DEFAULT_ITEMS, limit=args.limit)
     template = None
@@ -45,9 +45,9 @@ def cmd_forecast_readouts(args: argparse.Namespace) -> int:
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     model = model_from_args(args)
-    from sleight.readout.forecast_pipeline import run_forecast
-    from sleight.readout.forecast_readouts import extra_readouts, render_markdown, summarise_readouts
-    from sleight.readout.report import dumps
+    from sleight.readout.audit.report import dumps
+    from sleight.readout.forecast.pipeline import run_forecast
+    from sleight.readout.forecast.readouts import extra_readouts, render_markdown, summarise_readouts
 
     rows = run_forecast(model, items, status=lambda m: print(m, flush=True))
     records = extra_readouts(model, items, rows, template=template, stem=args.template_stem or ALT_STEM)

@@ -37,7 +37,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     if args.max_tokens < 16:
         raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON vote (use >= 16)")
     from sleight.jury.runner import no_vote_line
-    from sleight.readout.judge_run import judge_audit, summary_lines
+    from sleight.readout.audit.judge_run import judge_audit, summary_lines
 
     summary = judge_audit(
         args.run, args.jury, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader_from_args(args)

@@ -70,8 +70,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     _check_common(args)
     if args.lm_eval_tasks:
         return _cmd_lm_eval(args)
-    from sleight.readout.scan import ScanConfig, run_scan
-    from sleight.readout.scorers import get_scorer, parse_presets, scorer_items, scorer_records
+    from sleight.readout.scan.run import ScanConfig, run_scan
+    from sleight.readout.scan.scorers import get_scorer, parse_presets, scorer_items, scorer_records
 
     presets = parse_presets(args.presets)
     templates = preset_files(args.template, presets, "--template")
@@ -94,7 +94,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def _cmd_lm_eval(args: argparse.Namespace) -> int:
-    from sleight.readout.lm_eval_scan import find_tasks, scan_lm_eval_tasks
+    from sleight.readout.scan.lm_eval import find_tasks, scan_lm_eval_tasks
 
     if args.items or args.template or args.presets != "all":
         raise UserError("--lm-eval-tasks scans task YAMLs: --presets, --items and --template do not apply")

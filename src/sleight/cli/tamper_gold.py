@@ -31,8 +31,9 @@ def cmd_gold(args: argparse.Namespace) -> int:
     if not args.run.is_dir():
         raise UserError(f"run directory {args.run} does not exist")
     check_writable(args.run, "RUN")
-    from sleight.tamper import gold, jury_store
-    from sleight.tamper.judged import load_manifest, model_name
+    from sleight.tamper.jury import gold
+    from sleight.tamper.jury import store as jury_store
+    from sleight.tamper.jury.judged import load_manifest, model_name
 
     verdicts = jury_store.load_verdicts(args.run)
     if verdicts is None or not len(verdicts):

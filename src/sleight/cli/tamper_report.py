@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_judge(args: argparse.Namespace) -> int:
     from sleight.cli.common import check_writable
     from sleight.errors import UserError
-    from sleight.tamper.jury_run import judge_runs, no_vote_line, summary_lines
+    from sleight.tamper.jury.run import judge_runs, no_vote_line, summary_lines
 
     if args.max_tokens < 16:
         raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON verdict (use >= 16)")
@@ -86,7 +86,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             from sleight.errors import UserError
 
             raise UserError(f"gold file {g} does not exist")
-    from sleight.reporting.report import write_report
+    from sleight.tamper.report.report import write_report
 
     paths = write_report(runs, args.out, site=not args.no_site, gold=args.gold)
     print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
@@ -98,7 +98,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_view(args: argparse.Namespace) -> int:
     from sleight.errors import UserError
-    from sleight.reporting.site import serve
+    from sleight.tamper.report.site import serve
 
     if not (args.report / "index.html").is_file():
         raise UserError(f"{args.report} has no index.html; write it with 'sleight tamper report RUN_DIR --out {args.report}'")

@@ -5,4 +5,7 @@ model, a JSON-schema ``response_format`` or free text on a server (:mod:`~sleigh
 :mod:`~sleight.jury.slots`) --, keyed resumable storage of the votes (:mod:`~sleight.jury.store`),
 and majority and agreement (:mod:`~sleight.jury.verdict`). The tamper jury and the readout judge
 both use it; neither instrument imports the other.
+
+May import: ``sleight.backends``, ``sleight.position``, ``sleight.rundir``, ``sleight.progress``,
+``sleight.stats``, ``sleight.errors``. Never an instrument or ``sleight.cli``.
 """

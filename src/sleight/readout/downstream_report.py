@@ -275,8 +275,8 @@ def _run_table(meta: Mapping[str, Any]) -> Table:
 
 def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
     """The reader-forecast report; writes its plots into ``folder``."""
-    from sleight.readout.forecast_pipeline import NOTE_PROMPT, POSITIONS
-    from sleight.readout.presets import FORECAST_QUESTION, FORECAST_STEM
+    from sleight.readout.audit.presets import FORECAST_QUESTION, FORECAST_STEM
+    from sleight.readout.forecast.pipeline import NOTE_PROMPT, POSITIONS
 
     rep = Report("Reader forecast: does the forecast rank the reader's correctness?")
     rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
@@ -388,8 +388,8 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
 
 def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
     """The P(True) report; writes its plots into ``folder``."""
-    from sleight.readout.ptrue import PTRUE_TEMPLATE, READOUT_LABELS
-    from sleight.readout.ptrue import READOUT_NAMES as READOUTS
+    from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, READOUT_LABELS
+    from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
 
     rep = Report("P(True): do five readouts of the same prompt rank answer correctness?")
     rendering = (

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleight import rundir
-from sleight.readout.measure import SCHEMA as MEASURE_SCHEMA
+from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
 from sleight.rundir import RunDir
 
 PARTS = "parts"

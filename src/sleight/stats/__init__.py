@@ -4,6 +4,8 @@ agreement, and (cluster, paired) bootstrap intervals.
 Pure numpy functions; nothing here holds state or prints.  Every metric takes
 an optional ``weights`` count matrix so the bootstrap can evaluate thousands
 of replicates in one vectorised call (see :mod:`sleight.stats.bootstrap`).
+
+May import: nothing of sleight outside ``sleight.stats``.
 """
 
 from sleight.stats.bootstrap import (

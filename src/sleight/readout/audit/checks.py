@@ -1,0 +1,397 @@
+"""The per-variant summary and the six checks of SPEC §4.2, as pure functions of the readings.
+
+Verdict rules (fixed; ``floor`` = 0.5 unless told):
+
+1. **Option mass** (original): ``fail`` if the median mass is below the floor (collapse) or no mass is
+   defined; ``warn`` if any item is below the floor or has no mass (prefix condition failed);
+   else ``pass``.
+2. **Unrestricted argmax** (original): ``fail`` if under half of the argmaxes are an option's first
+   token; ``warn`` if not all are, or any is an answer letter of the quoted item; else ``pass``.
+3. **Continuation** (original): ``fail`` if under half of the continuations start on task (with a
+   declared option); ``warn`` if not all do; else ``pass``.
+4. **Distinct first tokens** (original): ``fail`` if any item's options share a first token in
+   context; ``warn`` if the boundary is not preserved for some item (no first token to compare);
+   else ``pass``.
+5. **Rendered ending**: ``fail`` if no context ends in whitespace and the space-appended ending
+   raises the median mass by at least 0.1 (a missing separator that costs mass); ``warn`` if some
+   contexts end without whitespace, or options start with whitespace after a context that already
+   ends with it (lm-evaluation-harness's ``"\\n" + option`` after ``assistant``); else ``pass``.
+6. **Answer stem**: checks 1-4 at the stemmed position. ``fail`` if its median mass is below the
+   floor or under half of its continuations start on task; ``warn`` if any of checks 1-4 would warn
+   or fail there, or the downstream metric (AUROC for a binary target, Spearman otherwise) drops by
+   more than 0.05 from the original; else ``pass``; ``skipped`` without a stem.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sleight.readout.audit.classify import ARGMAX_CLASSES, CONTINUATION_CLASSES
+
+MASS_FLOOR = 0.5
+STEM_DROP = 0.05
+SEPARATOR_GAIN = 0.1
+CHANGE_MIN_ITEMS = 10
+CHANGE_B = 2000
+
+
+def _finite(values: Sequence[Any]) -> np.ndarray:
+    arr = np.array([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], dtype=np.float64)
+    return arr
+
+
+def _rate(mask: pd.Series) -> float | None:
+    mask = mask.dropna()
+    return float(mask.astype(bool).mean()) if len(mask) else None
+
+
+def downstream(scores: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any] | None:
+    """Does the score rank the target? AUROC for a binary target, Spearman's rho otherwise.
+    None when either is missing everywhere or the target is constant."""
+    pairs = [(float(s), float(t)) for s, t in zip(scores, targets) if s is not None and t is not None and not (math.isnan(float(s)) or math.isnan(float(t)))]
+    if len(pairs) < 2:
+        return None
+    s = np.array([p[0] for p in pairs])
+    t = np.array([p[1] for p in pairs])
+    if len(np.unique(t)) < 2:
+        return None
+    if set(np.unique(t)) <= {0.0, 1.0}:
+        from sleight.stats.metrics import auroc
+
+        return {"metric": "auroc", "value": float(auroc(s, t)), "n": len(pairs)}
+    from sleight.stats.metrics import average_ranks
+
+    rs, rt = average_ranks(s), average_ranks(t)
+    if rs.std() == 0:
+        return {"metric": "spearman", "value": 0.0, "n": len(pairs)}
+    return {"metric": "spearman", "value": float(np.corrcoef(rs, rt)[0, 1]), "n": len(pairs)}
+
+
+def _spearman(s: np.ndarray, t: np.ndarray) -> Any:
+    """Spearman's rho on the last axis (0 when the scores are constant), rows batched."""
+    from sleight.stats.metrics import average_ranks
+
+    def rho(a: np.ndarray, b: np.ndarray) -> float:
+        ra, rb = average_ranks(a), average_ranks(b)
+        return 0.0 if ra.std() == 0 or rb.std() == 0 else float(np.corrcoef(ra, rb)[0, 1])
+
+    if np.ndim(s) == 1:
+        return rho(s, t)
+    return np.array([rho(a, b) for a, b in zip(s, t)])
+
+
+def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "original") -> dict[str, Any] | None:
+    """The downstream metric at variant ``a`` minus at ``b`` on the items scored at both, with its
+    paired bootstrap interval; ``too_few`` (no interval) under :data:`CHANGE_MIN_ITEMS` items.
+    None when the metric is undefined there (no target, or a constant one)."""
+    from sleight.stats import auroc, paired_bootstrap
+
+    def scored(v: str) -> pd.DataFrame:
+        df = _live(readings, v)
+        df = df[df["score"].notna() & df["target"].notna()]
+        return df.drop_duplicates("item_id").set_index("item_id")
+
+    da, db = scored(a), scored(b)
+    common = [i for i in db.index if i in da.index]
+    y = db.loc[common, "target"].to_numpy(dtype=np.float64)
+    if len(common) < 2 or len(np.unique(y)) < 2:
+        return None
+    sa, sb = da.loc[common, "score"].to_numpy(dtype=np.float64), db.loc[common, "score"].to_numpy(dtype=np.float64)
+    binary = set(np.unique(y)) <= {0.0, 1.0}
+    metric, fn = ("auroc", auroc) if binary else ("spearman", _spearman)
+    out: dict[str, Any] = {"metric": metric, "n": len(common), "estimate_a": float(fn(sa, y)), "estimate_b": float(fn(sb, y))}
+    out["diff"] = out["estimate_a"] - out["estimate_b"]
+    if len(common) < CHANGE_MIN_ITEMS:
+        return {**out, "too_few": True, "low": None, "high": None}
+    from sleight.stats import gathered
+
+    stat: Any = fn if binary else gathered(_spearman)
+    pb = paired_bootstrap(stat, (sa, y), (sb, y), B=CHANGE_B, seed=0)
+    return {**out, "too_few": False, "low": pb.ci_diff.low, "high": pb.ci_diff.high, "B": CHANGE_B, "level": pb.level}
+
+
+def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, Any]:
+    """Numbers for one variant's rows (skipped rows counted, not measured)."""
+    live = df[~df["skipped"].astype(bool)]
+    mass = _finite(live["option_mass"].tolist())
+    out: dict[str, Any] = {
+        "n_items": int(len(df)),
+        "n_measured": int(len(live)),
+        "n_skipped": int(len(df) - len(live)),
+        "skip_reasons": sorted(set(df.loc[df["skipped"].astype(bool), "skip_reason"].dropna())),
+    }
+    if not len(live):
+        return out
+    out.update(
+        mass_median=float(np.median(mass)) if len(mass) else None,
+        mass_min=float(mass.min()) if len(mass) else None,
+        mass_below_floor=int((mass < floor).sum()),
+        mass_null=int(live["option_mass"].isna().sum()),
+        mass_isolated_median=float(np.median(_finite(live["option_mass_isolated"].tolist()))) if len(_finite(live["option_mass_isolated"].tolist())) else None,
+        mass_divergent_median=float(np.median(_finite(live["option_mass_divergent"].tolist()))) if len(_finite(live["option_mass_divergent"].tolist())) else None,
+        boundary_preserved_rate=_rate(live["boundary_preserved"]),
+        answer_letter_rate=float((live["argmax_class"] == "answer_letter").mean()),
+        option_argmax_rate=float((live["argmax_class"] == "option").mean()),
+        distinct_rate=_rate(live["first_tokens_distinct"]),
+        on_task_rate=_rate(live["continuation_on_task"]),
+        argmax_classes={c: int((live["argmax_class"] == c).sum()) for c in ARGMAX_CLASSES},
+        continuation_classes={c: int((live["continuation_class"] == c).sum()) for c in CONTINUATION_CLASSES},
+        answer_then_grid=int(live["answer_then_grid"].fillna(False).astype(bool).sum()),
+        grid_anywhere=int(live["grid_anywhere"].fillna(False).astype(bool).sum()),
+        ends_with_whitespace_rate=_rate(live["ends_with_whitespace"]),
+        score_mean=float(np.mean(_finite(live["score"].tolist()))) if len(_finite(live["score"].tolist())) else None,
+        downstream=downstream(live["score"].tolist(), live["target"].tolist()),
+    )
+    return out
+
+
+def summarise(readings: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, Any]:
+    """``{"floor": ..., "variants": {variant: numbers}}`` in the readings' variant order."""
+    order = list(dict.fromkeys(readings["variant"].tolist()))
+    return {"floor": floor, "variants": {v: summarise_variant(readings[readings["variant"] == v], floor) for v in order}}
+
+
+@dataclass
+class Check:
+    """One check of the audit: a verdict, the numbers behind it, and one worked example."""
+
+    number: int
+    name: str
+    verdict: str  # pass | warn | fail | skipped
+    reason: str
+    evidence: dict[str, Any]
+    example: dict[str, Any] | None = None
+    sub: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def example_of(row: pd.Series | None) -> dict[str, Any] | None:
+    """A worked example: the rendered ending, the top next tokens, the options' mass, the continuation."""
+    if row is None:
+        return None
+    opts = list(row["options"]) if row["options"] is not None else []
+    firsts = list(row["option_first_probs"]) if row["option_first_probs"] is not None else [None] * len(opts)
+    ids = list(row["first_token_ids"]) if row["first_token_ids"] is not None else [None] * len(opts)
+    return {
+        "item_id": row["item_id"],
+        "variant": row["variant"],
+        "ending": row["context_tail"],
+        "top_tokens": [dict(t) for t in (row["top_tokens"] if row["top_tokens"] is not None else [])],
+        "options": [{"option": o, "first_token_id": None if i is None or (isinstance(i, float) and math.isnan(i)) else int(i), "prob": p} for o, i, p in zip(opts, ids, firsts)],
+        "option_mass": row["option_mass"],
+        "boundary_preserved": row["boundary_preserved"],
+        "argmax_token": row["argmax_token"],
+        "argmax_class": row["argmax_class"],
+        "continuation": row["continuation"],
+        "continuation_class": row["continuation_class"],
+    }
+
+
+def _live(readings: pd.DataFrame, variant: str) -> pd.DataFrame:
+    df = readings[(readings["variant"] == variant)]
+    return df[~df["skipped"].astype(bool)]
+
+
+def _first(df: pd.DataFrame, mask: pd.Series | None = None) -> pd.Series | None:
+    sel = df if mask is None else df[mask.fillna(False).astype(bool)]
+    return sel.iloc[0] if len(sel) else (df.iloc[0] if len(df) else None)
+
+
+def _mass_check(df: pd.DataFrame, s: dict[str, Any], floor: float) -> tuple[str, str]:
+    median = s.get("mass_median")
+    if median is None:
+        return "fail", "no option mass is defined (the prefix condition fails everywhere)"
+    if median < floor:
+        return "fail", f"median option mass {median:.3f} is below the floor {floor} (collapse)"
+    if s["mass_below_floor"] or s["mass_null"]:
+        return "warn", f"{s['mass_below_floor']} item(s) below the floor, {s['mass_null']} without a defined mass"
+    return "pass", f"median option mass {median:.3f}, none below the floor"
+
+
+def _argmax_check(s: dict[str, Any]) -> tuple[str, str]:
+    opt, letter = s["option_argmax_rate"], s["answer_letter_rate"]
+    msg = f"argmax is an option for {opt:.0%} of items, an answer letter for {letter:.0%}"
+    if opt < 0.5:
+        return "fail", msg
+    if opt < 1.0 or letter > 0:
+        return "warn", msg
+    return "pass", msg
+
+
+def _continuation_check(s: dict[str, Any]) -> tuple[str, str]:
+    rate = s.get("on_task_rate") or 0.0
+    classes = ", ".join(f"{k} {v}" for k, v in s["continuation_classes"].items() if v)
+    msg = f"{rate:.0%} of continuations start with an option ({classes})"
+    if rate < 0.5:
+        return "fail", msg
+    if rate < 1.0:
+        return "warn", msg
+    return "pass", msg
+
+
+def _distinct_check(s: dict[str, Any]) -> tuple[str, str]:
+    rate, kept = s.get("distinct_rate"), s.get("boundary_preserved_rate")
+    if rate is not None and rate < 1.0:
+        return "fail", f"options share a first token in context for {1 - rate:.0%} of items (the mass counts it once)"
+    if kept is None or kept < 1.0:
+        return "warn", f"boundary not preserved for {1 - (kept or 0):.0%} of items: no first token to compare there"
+    return "pass", "every option has its own first token in context"
+
+
+def run_checks(readings: pd.DataFrame, summary: dict[str, Any] | None = None, floor: float = MASS_FLOOR) -> list[Check]:
+    """The six checks, each with a verdict, evidence and a worked example."""
+    summary = summary or summarise(readings, floor)
+    variants = summary["variants"]
+    orig = _live(readings, "original")
+    so = variants.get("original", {})
+    checks: list[Check] = []
+    if not len(orig):
+        return [Check(k, name, "skipped", "no measured original rows", {}) for k, name in enumerate(CHECK_NAMES, 1)]
+
+    verdict, reason = _mass_check(orig, so, floor)
+    worst = orig.sort_values("option_mass", na_position="first").iloc[0]
+    checks.append(Check(1, CHECK_NAMES[0], verdict, reason, _pick(so, "n_measured", "mass_median", "mass_min", "mass_below_floor", "mass_null", "mass_isolated_median", "mass_divergent_median"), example_of(worst)))
+
+    verdict, reason = _argmax_check(so)
+    checks.append(Check(2, CHECK_NAMES[1], verdict, reason, _pick(so, "option_argmax_rate", "answer_letter_rate", "argmax_classes"), example_of(_first(orig, orig["argmax_class"] != "option"))))
+
+    verdict, reason = _continuation_check(so)
+    checks.append(Check(3, CHECK_NAMES[2], verdict, reason, _pick(so, "on_task_rate", "continuation_classes", "answer_then_grid", "grid_anywhere"), example_of(_first(orig, ~orig["continuation_on_task"].fillna(False).astype(bool)))))
+
+    verdict, reason = _distinct_check(so)
+    checks.append(Check(4, CHECK_NAMES[3], verdict, reason, _pick(so, "distinct_rate", "boundary_preserved_rate"), example_of(_first(orig, orig["first_tokens_distinct"] == False))))  # noqa: E712
+
+    checks.append(_ending_check(readings, variants, orig))
+    checks.append(_stem_check(readings, variants, floor))
+    return checks
+
+
+CHECK_NAMES = (
+    "Option mass at the scored position",
+    "Unrestricted argmax",
+    "Unrestricted continuation",
+    "First tokens distinct in context",
+    "Rendered ending (separator)",
+    "Answer stem",
+)
+
+
+def _pick(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: d.get(k) for k in keys}
+
+
+def _ending_check(readings: pd.DataFrame, variants: dict[str, Any], orig: pd.DataFrame) -> Check:
+    so, ss = variants.get("original", {}), variants.get("space", {})
+    ws_rate = so.get("ends_with_whitespace_rate") or 0.0
+    opts_ws = orig["options"].apply(lambda o: o is not None and any(x[:1].isspace() for x in o))
+    double = bool((orig["ends_with_whitespace"].fillna(False).astype(bool) & opts_ws).any())
+    newline_opts = bool(orig["options"].apply(lambda o: o is not None and any(x.startswith("\n") for x in o)).any())
+    evidence = {
+        "ends_with_whitespace_rate": ws_rate,
+        "original_mass_median": so.get("mass_median"),
+        "space_mass_median": ss.get("mass_median"),
+        "space_mass_null": ss.get("mass_null"),
+        "options_start_with_whitespace": bool(opts_ws.any()),
+        "options_start_with_newline": newline_opts,
+    }
+    gain = None
+    if so.get("mass_median") is not None and ss.get("mass_median") is not None:
+        gain = ss["mass_median"] - so["mass_median"]
+    evidence["space_gain"] = gain
+    if ws_rate == 0 and gain is not None and gain >= SEPARATOR_GAIN:
+        verdict, reason = "fail", f"no context ends in whitespace and appending a space raises the median mass by {gain:.3f}"
+    elif ws_rate < 1.0:
+        verdict, reason = "warn", f"{1 - ws_rate:.0%} of contexts end without whitespace (a separator may be missing)"
+    elif double or newline_opts:
+        verdict, reason = "warn", "options start with whitespace after a context that ends with it (e.g. lm-evaluation-harness's \"\\n\" + option after 'assistant')"
+    else:
+        verdict, reason = "pass", "every context ends with whitespace; options carry no extra separator"
+    space = _live(readings, "space")
+    ex = example_of(space.iloc[0]) if len(space) else example_of(orig.iloc[0])
+    if ex is not None and len(orig):
+        ex["original_ending"] = orig.iloc[0]["context_tail"]
+    return Check(5, CHECK_NAMES[4], verdict, reason, evidence, ex)
+
+
+def _stem_check(readings: pd.DataFrame, variants: dict[str, Any], floor: float) -> Check:
+    stem = _live(readings, "stem")
+    so, st = variants.get("original", {}), variants.get("stem", {})
+    if not len(stem):
+        reasons = st.get("skip_reasons") or ["no stem variant in this run"]
+        return Check(6, CHECK_NAMES[5], "skipped", "; ".join(reasons), {})
+    sub = []
+    for name, fn in (("mass", lambda: _mass_check(stem, st, floor)), ("argmax", lambda: _argmax_check(st)), ("continuation", lambda: _continuation_check(st)), ("distinct", lambda: _distinct_check(st))):
+        v, r = fn()
+        sub.append({"check": name, "verdict": v, "reason": r})
+    d_o, d_s = so.get("downstream"), st.get("downstream")
+    change = downstream_change(readings)
+    evidence = {
+        "original_mass_median": so.get("mass_median"),
+        "stem_mass_median": st.get("mass_median"),
+        "stem_mass_below_floor": st.get("mass_below_floor"),
+        "original_answer_letter_rate": so.get("answer_letter_rate"),
+        "stem_answer_letter_rate": st.get("answer_letter_rate"),
+        "original_option_argmax_rate": so.get("option_argmax_rate"),
+        "stem_option_argmax_rate": st.get("option_argmax_rate"),
+        "original_on_task_rate": so.get("on_task_rate"),
+        "stem_on_task_rate": st.get("on_task_rate"),
+        "downstream_original": d_o,
+        "downstream_stem": d_s,
+        "downstream_change": change,
+    }
+    median = st.get("mass_median")
+    on_task = st.get("on_task_rate") or 0.0
+    drop = change is not None and not change["too_few"] and change["diff"] < -STEM_DROP
+    if median is None or median < floor or on_task < 0.5:
+        verdict = "fail"
+        reason = f"at the stem: median mass {median if median is None else round(median, 3)}, {on_task:.0%} of continuations on task"
+    elif any(s["verdict"] != "pass" for s in sub) or drop:
+        verdict = "warn"
+        reason = "the stem repairs the readout only partly" + (f"; {_change_text(change)}" if drop and change is not None else "")
+    else:
+        verdict = "pass"
+        reason = f"at the stem: median mass {median:.3f}, every argmax an option, continuations on task"
+    if change is not None and change["too_few"] and verdict != "fail":
+        reason += f"; {_change_text(change)}"
+    worst = stem.sort_values("option_mass", na_position="first").iloc[0]
+    return Check(6, CHECK_NAMES[5], verdict, reason, evidence, example_of(worst), sub)
+
+
+def _change_text(c: dict[str, Any]) -> str:
+    """The downstream change in words, with its interval or the reason there is none."""
+    head = f"downstream {c['metric']} {c['estimate_b']:.3f} -> {c['estimate_a']:.3f} on {c['n']} items"
+    if c["too_few"]:
+        return f"{head}: too few items for an interval (at least {CHANGE_MIN_ITEMS}), not counted as a drop"
+    return f"{head} (change {c['diff']:+.3f}, {c['level']:.0%} paired bootstrap interval [{c['low']:+.3f}, {c['high']:+.3f}])"
+
+
+def variant_table(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per variant: the comparison table of the report (median mass, letter rate, floor)."""
+    rows = []
+    for v, s in summary["variants"].items():
+        d = s.get("downstream") or {}
+        rows.append(
+            {
+                "variant": v,
+                "measured": s.get("n_measured", 0),
+                "skipped": s.get("n_skipped", 0),
+                "mass_median": s.get("mass_median"),
+                "mass_min": s.get("mass_min"),
+                "below_floor": s.get("mass_below_floor"),
+                "mass_null": s.get("mass_null"),
+                "letter_rate": s.get("answer_letter_rate"),
+                "option_argmax_rate": s.get("option_argmax_rate"),
+                "on_task_rate": s.get("on_task_rate"),
+                "score_mean": s.get("score_mean"),
+                "downstream": f"{d['metric']} {d['value']:.3f}" if d else None,
+            }
+        )
+    return rows

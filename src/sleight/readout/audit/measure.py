@@ -1,0 +1,263 @@
+"""Per-(item, variant) readings at the scored position (SPEC §4.1).
+
+The position itself is read once, through :func:`sleight.position.read_positions` (one batched
+``read_next`` for every context of a call: option mass in context and isolated, first tokens,
+distinctness, the unrestricted argmax and the top tokens; multi-token options scored to the end).
+One batched greedy decode per item adds the unrestricted continuation. :func:`position_columns`
+turns one reading into the audit's columns, so the downstream pipelines and P(True) record the
+same columns by the same definitions. Nothing here writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sleight.backends import LanguageModel
+from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
+from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
+from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.variants import Skipped, make_variant, render
+
+MASS_FLOOR = 0.5
+DEFAULT_ROWS_PER_PASS = 16  # contexts decoded together in one greedy pass (bounds memory)
+TOP_TOKENS = 6
+TAIL_CHARS = 80
+
+TOP_TOKEN_TYPE = pa.struct([("id", pa.int64()), ("token", pa.string()), ("prob", pa.float64())])
+SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("variant", pa.string()),
+        ("skipped", pa.bool_()),
+        ("skip_reason", pa.string()),
+        ("context", pa.string()),
+        ("context_tail", pa.string()),
+        ("n_context_tokens", pa.int64()),
+        ("ends_with_whitespace", pa.bool_()),
+        ("options", pa.list_(pa.string())),
+        ("boundary_preserved", pa.bool_()),
+        ("option_mass", pa.float64()),
+        ("option_mass_isolated", pa.float64()),
+        ("option_mass_divergent", pa.float64()),
+        ("first_token_ids", pa.list_(pa.int64())),
+        ("isolated_first_token_ids", pa.list_(pa.int64())),
+        ("first_tokens_distinct", pa.bool_()),
+        ("option_first_probs", pa.list_(pa.float64())),
+        ("argmax_id", pa.int64()),
+        ("argmax_token", pa.string()),
+        ("argmax_prob", pa.float64()),
+        ("argmax_class", pa.string()),
+        ("top_tokens", pa.list_(TOP_TOKEN_TYPE)),
+        ("option_logprobs", pa.list_(pa.float64())),
+        ("score", pa.float64()),
+        ("continuation", pa.string()),
+        ("continuation_class", pa.string()),
+        ("answer_then_grid", pa.bool_()),
+        ("grid_anywhere", pa.bool_()),
+        ("continuation_on_task", pa.bool_()),
+        ("target", pa.float64()),
+    ]
+)
+
+
+# -- pure maths ------------------------------------------------------------------------------------
+def renormalised_score(option_logprobs: Sequence[float | None], options: Sequence[str], scale: float = 100.0) -> float | None:
+    """Numeric options: Σ (int(o)/scale)·p_o with p_o ∝ exp(ℓ_o); otherwise p of the first option.
+    None when any ℓ_o is missing (boundary not preserved)."""
+    p = renormalise(option_logprobs)
+    if p is None:
+        return None
+    if is_numeric(options):
+        return float(sum(int(o) / scale * pi for o, pi in zip(options, p)))
+    return float(p[0])
+
+
+def shared_token_prefix(encodings: Sequence[Sequence[int]]) -> int:
+    """Number of leading tokens that every encoding shares."""
+    if not encodings:
+        return 0
+    n = min(len(e) for e in encodings)
+    k = 0
+    while k < n and all(e[k] == encodings[0][k] for e in encodings):
+        k += 1
+    return k
+
+
+def divergent_mass(s: OptionSetReading) -> float | None:
+    """The options' mass after their shared leading tokens (the option mass when they share none);
+    None when the boundary is not preserved or an option *is* the shared prefix."""
+    if not s.boundary_preserved:
+        return None
+    encs = [e for e in s.encodings if e is not None]
+    k = shared_token_prefix(encs)
+    if k == 0:
+        return s.mass
+    if s.token_logprobs is None or not all(len(e) > k for e in encs):
+        return None
+    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs) if toks is not None}
+    return distinct_mass(list(after), after.__getitem__)
+
+
+# -- one reading as the audit's columns --------------------------------------------------------------
+def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetReading, *, letters: Sequence[str]) -> dict[str, Any]:
+    """The audit's columns for option set ``s`` read at ``pos`` (the same names everywhere)."""
+    first = list(s.first_ids)
+    opt_first = {t for t in first if t is not None}
+    if not s.boundary_preserved:  # the isolated encodings are what a naive reader would look for
+        opt_first |= {t for t in s.isolated_ids if t is not None}
+    arg = pos.argmax_id
+    token = model.token_text(arg)
+    return {
+        "boundary_preserved": s.boundary_preserved,
+        "option_mass": s.mass,
+        "option_mass_isolated": s.isolated_mass,
+        "option_mass_divergent": divergent_mass(s),
+        "first_token_ids": first,
+        "isolated_first_token_ids": [t for t in s.isolated_ids if t is not None],
+        "first_tokens_distinct": s.distinct if s.boundary_preserved else None,
+        "option_first_probs": [float(np.exp(v)) if v is not None else None for v in s.first_logprobs],
+        "argmax_id": arg,
+        "argmax_token": token,
+        "argmax_prob": float(np.exp(pos.argmax_logprob)),
+        "argmax_class": classify_token(token, is_special=_is_special(model, arg), is_option_first=arg in opt_first, letters=letters),
+        "top_tokens": [
+            {"id": t, "token": model.token_text(t), "prob": float(np.exp(v))} for t, v in zip(pos.top_ids[:TOP_TOKENS], pos.top_logprobs[:TOP_TOKENS])
+        ],
+        "option_logprobs": list(s.logprobs),
+    }
+
+
+def context_columns(text: str, ids: Sequence[int]) -> dict[str, Any]:
+    """What the readings say about the rendered context itself."""
+    return {
+        "context": text,
+        "context_tail": text[-TAIL_CHARS:],
+        "n_context_tokens": len(ids),
+        "ends_with_whitespace": bool(text) and text[-1].isspace(),
+    }
+
+
+def continuations(model: LanguageModel, contexts: Sequence[Sequence[int]], groups: Sequence[Sequence[int]], max_new_tokens: int) -> list[str]:
+    """The greedy continuation of every context, decoded in the given groups (rows of a group share
+    their leading tokens, which the engine computes once)."""
+    texts = [""] * len(contexts)
+    for group in groups:
+        for i, g in zip(group, model.greedy([contexts[i] for i in group], max_new_tokens, top_k=1)):
+            texts[i] = model.decode(g.token_ids)
+    return texts
+
+
+# -- contexts --------------------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """One (item, variant) ready to score: its rendered context and its options."""
+
+    item: AuditItem
+    variant: str
+    skip: str | None = None
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
+def prepare(model: LanguageModel, item: AuditItem, variant: str, stem: str | None = None) -> Prepared:
+    """Render the variant; with ``move_trailing_whitespace`` the context's trailing whitespace moves
+    into every option, as lm-evaluation-harness's ``TemplateLM._encode_pair`` does."""
+    spec = make_variant(item, variant, stem)
+    if isinstance(spec, Skipped):
+        return Prepared(item, variant, skip=spec.reason)
+    text = render(model, spec)
+    options = tuple(item.options or ())
+    if item.move_trailing_whitespace:
+        stripped = text.rstrip()
+        ws = text[len(stripped) :]
+        text, options = stripped, tuple(ws + o for o in options)
+    return Prepared(item, variant, text=text, options=options)
+
+
+def echoes(question: str | None, prompt: str) -> list[str]:
+    """What a continuation that *recites* would repeat: the quoted question and the prompt's last line."""
+    lines = [ln for ln in prompt.splitlines() if ln.strip()]
+    return [t for t in (question, lines[-1] if lines else None) if t]
+
+
+def _echoes(item: AuditItem) -> list[str]:
+    last_user = [m["content"] for m in item.messages if m.get("role") == "user"]
+    return echoes(item.question, last_user[-1] if last_user else "")
+
+
+# -- the batched measurement -----------------------------------------------------------------------
+def measure(
+    model: LanguageModel,
+    items: Sequence[AuditItem],
+    variants: Sequence[str],
+    *,
+    stem: str | None = None,
+    max_new_tokens: int = 16,
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Readings for every (item, variant), in item order then variant order (rows follow SCHEMA).
+
+    (1) One reading of every context's scored position (:func:`sleight.position.read_positions`,
+    multi-token options scored to their end so the full-sequence log-probs and the divergent mass
+    exist). (2) One batched greedy decode per item (its variants share their leading tokens,
+    computed once) for the unrestricted continuation.
+    """
+    prepared = [prepare(model, item, v, stem) for item in items for v in variants]
+    live = [p for p in prepared if p.skip is None]
+    if progress:
+        progress("scored positions")
+    readings = read_positions(model, [p.text for p in live], [[p.options] for p in live], top_k=TOP_TOKENS, score_options=True)
+    if progress:
+        progress("greedy continuations")
+    texts = continuations(model, [r.context_ids for r in readings], _item_groups(live, max(1, rows_per_pass)), max_new_tokens)
+
+    by_id: dict[int, dict[str, Any]] = {}
+    for p, r, cont in zip(live, readings, texts):
+        s = r.option_sets[0]
+        cols = {**context_columns(p.text, r.context_ids), "options": list(p.options)}
+        cols.update(position_columns(model, r, s, letters=p.item.letters))
+        cols["score"] = renormalised_score(cols["option_logprobs"], p.item.options or (), p.item.score_scale)
+        c = classify_continuation(cont, options=p.item.options or (), letters=p.item.letters, choices=p.item.choices, echoes=_echoes(p.item))
+        cols.update(
+            continuation=cont,
+            continuation_class=c.cls,
+            answer_then_grid=c.answer_then_grid,
+            grid_anywhere=c.grid_anywhere,
+            continuation_on_task=c.on_task,
+        )
+        by_id[id(p)] = cols
+
+    rows = []
+    for p in prepared:
+        row: dict[str, Any] = {name: None for name in SCHEMA.names}
+        row.update(item_id=p.item.id, variant=p.variant, skipped=p.skip is not None, skip_reason=p.skip, target=p.item.target)
+        row.update(by_id.get(id(p), {}))
+        rows.append(row)
+    return rows
+
+
+def _item_groups(live: Sequence[Prepared], size: int) -> list[list[int]]:
+    """Indices of ``live`` grouped by item (consecutive), each group cut to at most ``size`` rows."""
+    groups: list[list[int]] = []
+    for i, p in enumerate(live):
+        if groups and live[groups[-1][0]].item is p.item and len(groups[-1]) < size:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _is_special(model: LanguageModel, token_id: int) -> bool:
+    fn = getattr(model, "is_special", None)
+    return bool(fn(token_id)) if fn else token_id in model.eos_ids
+
+
+def rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Readings as an Arrow table with the public schema."""
+    return pa.Table.from_pylist([{k: r.get(k) for k in SCHEMA.names} for r in rows], schema=SCHEMA)

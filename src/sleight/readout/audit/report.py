@@ -1,0 +1,229 @@
+"""report.md and report.html for an audit: the six checks, their worked examples, the variants.
+
+Rendering only: every number comes from :mod:`.checks`; nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sleight.readout.audit.checks import Check, variant_table
+
+VERDICT_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skipped": "SKIPPED"}
+_COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skipped": "#57606a"}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items() if x not in (0, None)) or "–"
+    return str(v)
+
+
+def _md_cell(v: Any) -> str:
+    return _fmt(v).replace("|", "\\|").replace("\n", "\\n")
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _example_md(ex: dict[str, Any]) -> list[str]:
+    lines = [f"Worked example: item `{ex['item_id']}`, variant `{ex['variant']}`.", ""]
+    if ex.get("original_ending") is not None and ex["variant"] != "original":
+        lines += ["Original ending:", "", "```", repr(ex["original_ending"]), "```", ""]
+    lines += ["Rendered ending (last 80 characters, as a Python string):", "", "```", repr(ex["ending"]), "```", ""]
+    lines += ["Top next tokens:", ""]
+    lines += _md_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]])
+    lines += ["", f"Options' mass: {_fmt(ex['option_mass'])} (boundary preserved: {_fmt(ex['boundary_preserved'])})", ""]
+    lines += _md_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]])
+    lines += ["", f"Argmax: {ex['argmax_token']!r} ({ex['argmax_class']}).", ""]
+    lines += [f"Unrestricted continuation ({ex['continuation_class']}):", "", "```", repr(ex["continuation"]), "```", ""]
+    return lines
+
+
+def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra: Sequence[str] = ()) -> str:
+    """The audit report as Markdown."""
+    model = manifest.get("model", {})
+    cfg = manifest.get("config", {})
+    lines = [
+        "# Readout audit",
+        "",
+        f"Model: `{model.get('model_id', '?')}` ({model.get('engine', '?')}, {model.get('dtype', '?')}, {model.get('device', '?')}); "
+        f"chat template sha256 `{str(model.get('chat_template_sha256', ''))[:12]}`.",
+        f"Items: {cfg.get('n_items', '?')} ({cfg.get('source', '?')}); options {cfg.get('options') or 'per item'}; "
+        f"{stem_text(cfg, summary)}; floor {summary.get('floor')}; {cfg.get('max_new_tokens', 16)} new tokens per continuation.",
+        "",
+        "## Verdicts",
+        "",
+    ]
+    lines += _md_table(["#", "check", "verdict", "why"], [[c.number, c.name, VERDICT_MARK[c.verdict], c.reason] for c in checks])
+    for c in checks:
+        lines += ["", f"## {c.number}. {c.name}: {VERDICT_MARK[c.verdict]}", "", c.reason, ""]
+        if c.evidence:
+            lines += _md_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()])
+            lines.append("")
+        if c.sub:
+            lines += ["Checks 1-4 repeated at the stem:", ""]
+            lines += _md_table(["check", "verdict", "why"], [[s["check"], VERDICT_MARK[s["verdict"]], s["reason"]] for s in c.sub])
+            lines.append("")
+        if c.example:
+            lines += _example_md(c.example)
+    lines += ["## Variants (interventions)", ""]
+    table = variant_table(summary)
+    headers = ["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"]
+    keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
+    lines += _md_table(headers, [[r[k] for k in keys] for r in table])
+    skipped = {v: s.get("skip_reasons") for v, s in summary["variants"].items() if s.get("skip_reasons")}
+    if skipped:
+        lines += ["", "Skipped variants: " + "; ".join(f"`{v}`: {', '.join(r)}" for v, r in skipped.items()) + "."]
+    lines += ["", "Continuation classes per variant:", ""]
+    classes = ["answers_item", "forecast", "recites", "prose", "other"]
+    lines += _md_table(["variant", *classes, "answer then grid", "grid anywhere"], [
+        [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
+        for v, s in summary["variants"].items()
+    ])
+    if summary.get("ptrue"):
+        lines += ["", "## P(True) readouts", "", PTRUE_NOTE.format(rendering=_ptrue_rendering(summary["ptrue"])), ""]
+        lines += _md_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"]))
+    lines += list(extra)
+    lines += ["", "Definitions: SPEC §4.1; the rules behind every verdict and class are in `sleight.readout.audit.checks` and `sleight.readout.audit.classify`.", ""]
+    return "\n".join(lines)
+
+
+def stem_text(cfg: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The header's stem: the run's, the items' own, or none (never "stem None")."""
+    if cfg.get("stem"):
+        return f"answer stem {cfg['stem']!r}"
+    st = (summary.get("variants") or {}).get("stem") or {}
+    if st.get("n_measured"):
+        return "answer stems per item"
+    if "stem" in (cfg.get("variants") or summary.get("variants") or {}):
+        return "no answer stem (the stem variant is skipped)"
+    return "no answer stem"
+
+
+PTRUE_HEAD = ["readout", "n", "AUROC [95% CI]", "PRR [95% CI]", "options", "median mass", "argmax class"]
+PTRUE_NOTE = (
+    "The prompt {rendering}; the rows are in ptrue.parquet, the same records `sleight readout ptrue --answers constructed` "
+    "writes. Library is lm-polygraph 0.7.0's own number (log P(True), EOS masked); the others are probabilities. "
+    "Intervals: cluster bootstrap over questions."
+)
+
+
+def _ptrue_rendering(section: dict[str, Any]) -> str:
+    return "as one user turn through the chat template" if section.get("instruct", True) else "as a raw string, no chat template"
+
+
+def _ptrue_rows(section: dict[str, Any]) -> list[list[Any]]:
+    from sleight.readout.downstream_report import top_count, with_ci
+
+    rows = []
+    for name, r in (section.get("readouts") or {}).items():
+        mass = (r.get("mass") or {}).get("median")
+        rows.append([r.get("label", name), r.get("n_scored"), with_ci(r.get("auroc")), with_ci(r.get("prr")), " / ".join(r.get("options") or []), mass, top_count(r.get("argmax_class"))])
+    return rows
+
+
+def _h(v: Any) -> str:
+    return html.escape(_fmt(v))
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], raw: bool = False) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c if raw else _h(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="badge" style="background:{_COLOURS[verdict]}">{VERDICT_MARK[verdict]}</span>'
+
+
+def _example_html(ex: dict[str, Any]) -> str:
+    parts = [f"<p>Worked example: item <code>{html.escape(str(ex['item_id']))}</code>, variant <code>{html.escape(ex['variant'])}</code>.</p>"]
+    if ex.get("original_ending") is not None and ex["variant"] != "original":
+        parts.append(f"<p>Original ending:</p><pre>{html.escape(repr(ex['original_ending']))}</pre>")
+    parts.append(f"<p>Rendered ending:</p><pre>{html.escape(repr(ex['ending']))}</pre>")
+    parts.append("<p>Top next tokens:</p>" + _html_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]]))
+    parts.append(f"<p>Options' mass: <b>{_h(ex['option_mass'])}</b> (boundary preserved: {_h(ex['boundary_preserved'])})</p>")
+    parts.append(_html_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]]))
+    parts.append(f"<p>Argmax: <code>{html.escape(repr(ex['argmax_token']))}</code> ({html.escape(str(ex['argmax_class']))}).</p>")
+    parts.append(f"<p>Unrestricted continuation ({html.escape(str(ex['continuation_class']))}):</p><pre>{html.escape(repr(ex['continuation']))}</pre>")
+    return "".join(parts)
+
+
+def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra_html: str = "") -> str:
+    """The audit report as one self-contained HTML page."""
+    model = manifest.get("model", {})
+    cfg = manifest.get("config", {})
+    css = (
+        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#1f2328}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #d0d7de;padding:3px 8px;font-size:14px;text-align:left}"
+        "th{background:#f6f8fa}pre{background:#f6f8fa;padding:.5em;white-space:pre-wrap;word-break:break-all}"
+        ".badge{color:#fff;border-radius:4px;padding:1px 7px;font-weight:600;font-size:13px}section{border-top:1px solid #d0d7de;margin-top:1.5em}"
+    )
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Readout audit</title><style>{css}</style></head><body>",
+        "<h1>Readout audit</h1>",
+        f"<p>Model <code>{html.escape(str(model.get('model_id', '?')))}</code> ({html.escape(str(model.get('engine', '?')))}, "
+        f"{html.escape(str(model.get('dtype', '?')))}, {html.escape(str(model.get('device', '?')))}). Items: {html.escape(str(cfg.get('n_items', '?')))} "
+        f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.get('floor')}.</p>",
+        "<h2>Verdicts</h2>",
+        _html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), _badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
+    ]
+    for c in checks:
+        parts.append(f"<section><h2>{c.number}. {html.escape(c.name)} {_badge(c.verdict)}</h2><p>{html.escape(c.reason)}</p>")
+        if c.evidence:
+            parts.append(_html_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()]))
+        if c.sub:
+            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + _html_table(["check", "verdict", "why"], [[html.escape(s["check"]), _badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
+        if c.example:
+            parts.append(_example_html(c.example))
+        parts.append("</section>")
+    table = variant_table(summary)
+    keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
+    parts.append("<section><h2>Variants (interventions)</h2>")
+    parts.append(_html_table(["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"], [[r[k] for k in keys] for r in table]))
+    classes = ["answers_item", "forecast", "recites", "prose", "other"]
+    parts.append("<p>Continuation classes per variant:</p>" + _html_table(["variant", *classes, "answer then grid", "grid anywhere"], [
+        [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
+        for v, s in summary["variants"].items()
+    ]))
+    parts.append("</section>")
+    if summary.get("ptrue"):
+        parts.append(f"<section><h2>P(True) readouts</h2><p>{html.escape(PTRUE_NOTE.format(rendering=_ptrue_rendering(summary['ptrue'])))}</p>")
+        parts.append(_html_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"])) + "</section>")
+    parts.append(extra_html + "</body></html>")
+    return "".join(parts)
+
+
+def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra_md: Sequence[str] = (), extra_html: str = "") -> tuple[Path, Path]:
+    """Write report.md and report.html (atomically) and return their paths."""
+    out = Path(out_dir)
+    md, page = out / "report.md", out / "report.html"
+    _atomic_write(md, render_markdown(manifest, summary, checks, extra_md))
+    _atomic_write(page, render_html(manifest, summary, checks, extra_html))
+    return md, page
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    from sleight.rundir import write_text
+
+    write_text(path, text)
+
+
+def dumps(obj: Any) -> str:
+    """JSON for summary/manifest files (NaN written as null)."""
+    from sleight.rundir import dumps as _dumps
+
+    return _dumps(obj, indent=2)

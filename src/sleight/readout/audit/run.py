@@ -1,0 +1,249 @@
+"""Running an audit into a directory that survives a crash, and re-rendering it.
+
+Layout of an audit directory::
+
+    manifest.json     config, model record, fingerprint of (items, config, model)
+    parts/            one Parquet file per finished chunk of items (removed once merged)
+    readings.parquet  one row per (item, variant), the public schema (measure.SCHEMA)
+    summary.json      per-variant numbers (checks.summarise), plus P(True) readouts for that preset
+    report.md/.html   the six checks with verdicts, evidence and worked examples; the variant table
+    ptrue.parquet     (ptrue preset only) one row per (pair, P(True) readout), as ``readout ptrue`` writes them
+
+The directory is a :mod:`sleight.rundir` run directory (kind ``audit``; ``sessions/`` holds one record
+per process). A killed run restarts where it stopped: the items of sound parts (and of a merged
+``readings.parquet``) are not measured again, a damaged part is moved aside and redone, and a
+directory holding a different audit is refused with one line naming the differing field
+(``--overwrite`` starts over). Items are cut into a fixed partition of ``chunk_items`` chunks, so a
+resumed run measures exactly the batches of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sleight import rundir
+from sleight.backends import LanguageModel
+from sleight.errors import UserError
+from sleight.readout.audit.checks import MASS_FLOOR, Check, run_checks, summarise
+from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.measure import DEFAULT_ROWS_PER_PASS, SCHEMA, measure, rows_to_table
+from sleight.readout.audit.report import dumps, write_reports
+from sleight.readout.audit.variants import VARIANTS
+from sleight.rundir import RunDir
+
+
+@dataclass
+class AuditConfig:
+    """What an audit measures (everything that changes the readings is in the fingerprint)."""
+
+    source: str = "items"
+    preset: str | None = None
+    options: tuple[str, ...] | None = None
+    stem: str | None = None
+    variants: tuple[str, ...] = VARIANTS
+    max_new_tokens: int = 16
+    floor: float = MASS_FLOOR
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS
+    chunk_items: int = 1
+    n_items: int = 0
+
+    def readings_key(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("floor", "rows_per_pass", "chunk_items", "n_items", "source"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class AuditResult:
+    out_dir: Path
+    summary: dict[str, Any]
+    checks: list[Check]
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+# The config fields that decide the readings; a resume with another value is refused.
+IDENTITY_KEYS = ("preset", "options", "stem", "variants", "max_new_tokens", "chunk_items", "items_sha256")
+PARTS = "parts"
+READINGS = "readings.parquet"
+
+
+def run_config(items: Sequence[AuditItem], config: AuditConfig) -> dict[str, Any]:
+    """The manifest's ``config``: the audit config and a hash of the exact items."""
+    return {
+        **asdict(config),
+        "options": list(config.options) if config.options else None,
+        "variants": list(config.variants),
+        "items_sha256": rundir.digest([asdict(i) for i in items]),
+    }
+
+
+def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: dict[str, Any]) -> str:
+    """Hash of what determines the readings: items, options, stem, variants, budget, model."""
+    return rundir.fingerprint(run_config(items, config), model_info, IDENTITY_KEYS)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    rundir.write_table(path, table)
+
+
+def _done_ids(out: Path, parts: rundir.Parts, chunks: dict[str, list[AuditItem]], n_variants: int) -> set[str]:
+    """Items already measured: in a sound merged readings.parquet, or in a sound part of the plan."""
+    done: set[str] = set()
+    merged = out / READINGS
+    if merged.is_file():
+        why = rundir.verify_part(merged, schema=SCHEMA)
+        if why is None:
+            ids = pq.read_table(merged, columns=["item_id"]).column("item_id").to_pylist()
+            done |= {k for k in set(ids) if ids.count(k) == n_variants}
+        else:
+            rundir.set_aside(out, merged, why, redo="its items are measured again")
+    rows = {key: len(chunk) * n_variants for key, chunk in chunks.items()}
+    for key in parts.verified(list(rows), rows=rows.get, redo=lambda k: f"the items of {k} are measured again"):
+        done |= {i.id for i in chunks[key]}
+    return done
+
+
+def run_audit(
+    model: LanguageModel,
+    items: Sequence[AuditItem],
+    out_dir: str | Path,
+    config: AuditConfig,
+    *,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> AuditResult:
+    """Measure every (item, variant) into ``out_dir`` (resumable), then summarise and report."""
+    from tqdm.auto import tqdm
+
+    out = Path(out_dir)
+    config.n_items = len(items)
+    cfg = run_config(items, config)
+    run = RunDir(out, "audit", identity_keys=IDENTITY_KEYS)
+    run.check(cfg, overwrite=overwrite)
+    session = run.open(cfg, model.info.as_dict(), units=len(items), extra={"item_ids": [i.id for i in items]})
+    parts = run.parts(PARTS, SCHEMA)
+    size = max(1, config.chunk_items)
+    chunks = {f"part-{k:06d}": list(items[k : k + size]) for k in range(0, len(items), size)}  # fixed: the same on resume
+    done = _done_ids(out, parts, chunks, len(config.variants))
+    todo = {key: chunk for key, chunk in chunks.items() if not all(i.id in done for i in chunk)}
+    bar = tqdm(total=len(items), initial=len(items) - sum(len(c) for c in todo.values()), unit="item", desc="readout audit", disable=not show_progress)
+    completed = False
+    try:
+        for key, chunk in todo.items():
+            rows = measure(model, chunk, config.variants, stem=config.stem, max_new_tokens=config.max_new_tokens, rows_per_pass=config.rows_per_pass)
+            parts.write(key, rows_to_table(rows), tmp_dir=session.tmp_dir)
+            session.committed(len(chunk))
+            bar.update(len(chunk))
+        completed = True
+    finally:
+        bar.close()
+        session.finish(completed)
+
+    extra: dict[str, Any] = {}
+    if config.preset == "ptrue":
+        extra["ptrue"] = _ptrue_section(model, items, out, config)
+    return finalise(out, items_order=[i.id for i in items], floor=config.floor, extra=extra)
+
+
+def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
+    """The ptrue preset's items as the (question, answer, label) pairs of ``readout ptrue``'s
+    constructed setting: ``<id>:true`` is the gold answer, ``<id>:false`` the wrong one."""
+    pairs = []
+    for i in items:
+        base, _, tag = i.id.rpartition(":")
+        pairs.append(
+            {
+                "setting": "constructed",
+                "item_id": base or i.id,
+                "question": str(i.meta.get("question_text", i.question or "")),
+                "answer": str(i.meta.get("answer", "")),
+                "answer_source": "wrong" if tag == "false" else "gold",
+                "label": i.target,
+                "matched": None,
+            }
+        )
+    return pairs
+
+
+def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, config: AuditConfig) -> dict[str, Any]:
+    """The P(True) readouts of the ptrue preset, recorded as ``readout ptrue`` records them
+    (ptrue.parquet: one row per (pair, readout)) and summarised the same way."""
+    from sleight.readout.downstream_run import PTRUE_SCHEMA
+    from sleight.readout.ptrue.pipeline import score_pair_rows
+    from sleight.readout.ptrue.pipeline import summarise as ptrue_summary
+
+    path = out / "ptrue.parquet"
+    instruct = all(i.chat_template for i in items)
+    if path.exists():
+        rows = pq.read_table(path).to_pylist()
+    else:
+        rows = score_pair_rows(model, ptrue_pairs(items), instruct=instruct, continuation_tokens=config.max_new_tokens)
+        _write_parquet(pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA), path)
+        rows = pq.read_table(path).to_pylist()  # the recorded rows, as a resumed run reads them
+    section = ptrue_summary(rows)["settings"].get("constructed", {})
+    return {"instruct": instruct, **section}
+
+
+def load_readings(out_dir: str | Path) -> pd.DataFrame:
+    """readings.parquet of an audit directory, and the rows of its parts if it never finished (a
+    damaged file is one line naming it)."""
+    out = Path(out_dir)
+    hint = f"run 'sleight readout audit --out {out}' again to measure its items again"
+    tables = []
+    path = out / READINGS
+    if path.exists():
+        why = rundir.verify_part(path, schema=SCHEMA)
+        if why is not None:
+            raise UserError(f"{path} is damaged ({why}); {hint}")
+        tables.append(pq.read_table(path, schema=SCHEMA))
+    parts = rundir.Parts(out, PARTS, SCHEMA)
+    if parts.keys():
+        tables.append(parts.read(hint=hint))
+    if not tables:
+        raise UserError(f"{out} has no readings (run 'sleight readout audit --out {out}' first)")
+    return pa.concat_tables(tables).to_pandas()
+
+
+def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, floor: float = MASS_FLOOR, extra: dict[str, Any] | None = None) -> AuditResult:
+    """Merge parts into readings.parquet, write summary.json and both reports."""
+    out = Path(out_dir)
+    df = load_readings(out)
+    manifest = RunDir(out, "audit").read_manifest() or {}
+    order = list(items_order or manifest.get("item_ids") or dict.fromkeys(df["item_id"]))
+    variants = list((manifest.get("config") or {}).get("variants") or dict.fromkeys(df["variant"]))
+    rank_i = {k: n for n, k in enumerate(order)}
+    rank_v = {k: n for n, k in enumerate(variants)}
+    df = df.assign(_i=df["item_id"].map(rank_i), _v=df["variant"].map(rank_v)).sort_values(["_i", "_v"], kind="stable").drop(columns=["_i", "_v"])
+    df = df.drop_duplicates(["item_id", "variant"], keep="last").reset_index(drop=True)
+    rundir.write_table(out / READINGS, pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False), schema=SCHEMA)
+    rundir.Parts(out, PARTS, SCHEMA).remove()
+    summary = summarise(df, floor)
+    old = {}
+    if (out / "summary.json").exists():
+        try:
+            old = json.loads((out / "summary.json").read_text())
+        except ValueError:
+            old = {}
+    for key in ("ptrue",):
+        if extra and key in extra:
+            summary[key] = extra[key]
+        elif key in old:
+            summary[key] = old[key]
+    checks = run_checks(df, summary, floor)
+    summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
+    rundir.write_text(out / "summary.json", dumps(summary))
+    from sleight.readout.audit.judge import lines_to_html
+    from sleight.readout.audit.judge_run import section_lines
+
+    jury = section_lines(out)  # the jury's classes, once 'sleight readout judge' has run
+    md, page = write_reports(out, manifest, summary, checks, extra_md=jury, extra_html=lines_to_html(jury))
+    return AuditResult(out, summary, checks, {"readings": out / "readings.parquet", "summary": out / "summary.json", "report_md": md, "report_html": page})

@@ -1,0 +1,85 @@
+"""Where preset records come from: the shipped fixtures, a local file, or a cached HF dataset.
+
+``--data`` accepts:
+
+* a local ``.jsonl`` / ``.csv`` of records in the fixture format of the preset (RACE-style
+  ``id, passage, question, choices, answer`` for ``forecast``; ``id, question, answers, wrong`` for
+  ``ptrue``; ``id, source, summary, human_score`` for ``grade``);
+* ``hf:race`` (RACE ``high``, test split), ``hf:mmlu[:subject]`` (``cais/mmlu``, test split),
+  ``hf:triviaqa`` (``mandarjoshi/trivia_qa`` ``rc.nocontext``, validation split) -- through the
+  optional ``datasets`` package (``pip install 'sleight[data]'``), from the user's cache. These are
+  never needed by the tests or the demo.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sleight.errors import UserError
+from sleight.readout.audit.items import load_csv_records, load_jsonl_records
+
+LETTERS = "ABCD"
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """Records from a local JSONL or CSV file (malformed lines named by number)."""
+    p = Path(path)
+    pairs = load_csv_records(p) if p.suffix.lower() == ".csv" else load_jsonl_records(p)
+    return [dict(rec) for rec, _ in pairs]
+
+
+def _load_dataset(name: str, config: str | None, split: str):
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        raise UserError(f"loading '{name}' needs the 'datasets' package: pip install 'sleight[data]'") from None
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(name, config, split=split)
+    except Exception as exc:  # datasets raises many types for "not cached / offline / unknown"
+        raise UserError(f"could not load dataset '{name}' ({config or 'default'}, {split}) from the local cache: {str(exc).splitlines()[0]}") from None
+
+
+def race_records(rows: Any, prefix: str = "race") -> list[dict[str, Any]]:
+    """RACE rows (``article, question, options, answer``) as forecast records."""
+    out = []
+    for k, r in enumerate(rows):
+        out.append({"id": f"{prefix}-{r.get('example_id', k)}-{k}", "passage": r["article"], "question": r["question"], "choices": list(r["options"]), "answer": r["answer"]})
+    return out
+
+
+def mmlu_records(rows: Any) -> list[dict[str, Any]]:
+    """MMLU rows (``question, choices, answer`` index) as forecast records with no passage."""
+    return [
+        {"id": f"mmlu-{r.get('subject', 'x')}-{k}", "passage": "", "question": r["question"], "choices": list(r["choices"]), "answer": LETTERS[int(r["answer"])]}
+        for k, r in enumerate(rows)
+    ]
+
+
+def triviaqa_records(rows: Any) -> list[dict[str, Any]]:
+    """TriviaQA rows as ptrue records; the "wrong" answer is the next question's answer."""
+    rows = list(rows)
+    out = []
+    for k, r in enumerate(rows):
+        ans = r["answer"]
+        nxt = rows[(k + 1) % len(rows)]["answer"]["value"] if len(rows) > 1 else None
+        out.append({"id": r.get("question_id", f"tqa-{k}"), "question": r["question"], "answers": [ans["value"], *ans.get("aliases", [])], "wrong": nxt})
+    return out
+
+
+def load_source(spec: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Records for ``--data`` (see the module docstring)."""
+    if spec.startswith("hf:"):
+        name, _, arg = spec[3:].partition(":")
+        split_expr = lambda s: f"{s}[:{limit}]" if limit else s  # noqa: E731
+        if name in ("race", "race-high"):
+            return race_records(_load_dataset("ehovy/race", "high", split_expr("test")))
+        if name == "mmlu":
+            return mmlu_records(_load_dataset("cais/mmlu", arg or "all", split_expr("test")))
+        if name == "triviaqa":
+            return triviaqa_records(_load_dataset("mandarjoshi/trivia_qa", "rc.nocontext", split_expr("validation")))
+        raise UserError(f"unknown data source '{spec}' (choose hf:race, hf:mmlu[:subject], hf:triviaqa, or a .jsonl/.csv file)")
+    recs = load_records(spec)
+    return recs[:limit] if limit is not None else recs

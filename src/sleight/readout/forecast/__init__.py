@@ -1,0 +1,1 @@
+"""Reader forecasts: does the forecast at the scored position rank the reader's correctness?"""

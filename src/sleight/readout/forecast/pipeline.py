@@ -1,0 +1,358 @@
+"""The reader-forecast study's pipeline (SPEC §4.4): does the forecast rank the reader's correctness?
+
+For each RACE-style item:
+
+1. **Note.** The model writes a note about the passage, greedily (``NOTE_MAX_NEW_TOKENS`` new
+   tokens), and the note is cut to its first ``NOTE_WORDS`` = 32 whitespace-separated words. The
+   writer is not shown the question: the note is a summary a reader will have to rely on.
+2. **Reader.** The same model reads only the note and the quoted item (question, lettered choices,
+   "Answer with exactly one of: A, B, C, D.") and picks the option with the highest full-sequence
+   log-probability, once with the option strings ``A``..``D`` (unspaced, the primary reader: the
+   rendered context ends in the template's ``assistant\\n``) and once with `` A``..`` D`` (spaced).
+   How often the two pick the same letter is reported. Correctness of the unspaced reader against
+   the gold letter is the target.
+3. **Forecast.** The study's forecast prompt (the note, "A future reader will be shown ONLY the note
+   above...", the quoted item, "Out of 100 such readers, how many answer correctly? Reply with
+   exactly one of: 10, 30, 50, 70, 90.") is read at the original position (after the generation
+   prompt) and at the stemmed position ("Out of 100 such readers, about " prefilled), over the same
+   declared set, renormalised: ``p_S = Σ (int(o)/100)·p_o`` with ``p_o ∝ exp(ℓ_o)``.
+
+The scoring (AUROC, Brier, paired gain with a cluster bootstrap over passages, references) is in
+:func:`summarise`, a pure function of the per-item table. The readings at the scored positions come
+from :func:`sleight.readout.audit.measure.measure`, the audit's own measurement, so the option-mass
+diagnostics here and in ``sleight readout audit`` are the same numbers; the reader reads its
+position through the same :func:`sleight.position.read_positions`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sleight.backends import LanguageModel
+from sleight.errors import UserError
+from sleight.position import read_positions, renormalise
+from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.measure import MASS_FLOOR, measure, position_columns
+from sleight.readout.audit.presets import (
+    FORECAST_ITEM_INSTRUCTION,
+    FORECAST_OPTIONS,
+    FORECAST_STEM,
+    LETTERS,
+    choices_block,
+    forecast_prompt,
+)
+from sleight.stats.downstream import (
+    clean,
+    cluster_codes,
+    counts,
+    mass_summary,
+    metric_interval,
+    paired_difference,
+)
+
+DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "race_items.jsonl"  # 28 shipped items
+NOTE_WORDS = 32
+NOTE_MAX_NEW_TOKENS = 64  # 32 English words are ~40-45 tokens of this tokenizer; the rest is cut
+NOTE_PROMPT = (
+    "Read the passage below and write a note of at most 32 words about it. A reader who sees only "
+    "your note, not the passage, will later answer a multiple-choice question about the passage.\n\n"
+    "Passage:\n{passage}"
+)
+SPACINGS = {"unspaced": tuple(LETTERS), "spaced": tuple(f" {x}" for x in LETTERS)}
+POSITIONS = ("original", "stem")
+CONTINUATION_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class RaceItem:
+    """A RACE-style item: passage, question, four choices and the gold letter."""
+
+    id: str
+    passage: str
+    question: str
+    choices: tuple[str, str, str, str]
+    answer: str
+
+
+def race_item_from_record(rec: Mapping[str, Any], where: str) -> RaceItem:
+    """Validate one record (``{id, passage, question, choices[4], answer}``)."""
+    if "id" not in rec or not isinstance(rec["id"], (str, int)) or rec["id"] == "":
+        raise UserError(f"{where}: missing 'id'")
+    for key in ("passage", "question"):
+        if not isinstance(rec.get(key), str) or not rec[key].strip():
+            raise UserError(f"{where}: '{key}' must be a non-empty string (needs id, passage, question, choices[4], answer)")
+    choices = rec.get("choices")
+    if not isinstance(choices, list) or len(choices) != 4 or not all(isinstance(c, str) and c.strip() for c in choices):
+        raise UserError(f"{where}: 'choices' must be a list of 4 non-empty strings")
+    if rec.get("answer") not in LETTERS:
+        raise UserError(f"{where}: 'answer' must be one of A, B, C, D, got {rec.get('answer')!r}")
+    return RaceItem(str(rec["id"]), rec["passage"], rec["question"], tuple(choices), rec["answer"])
+
+
+def load_race_items(path: str | Path, limit: int | None = None) -> list[RaceItem]:
+    """Items from a JSONL file (errors name the file and line), ids unique, at most ``limit``."""
+    from sleight.readout.audit.items import load_unique_items
+
+    return load_unique_items(path, race_item_from_record, limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# pure text pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def truncate_words(text: str, n: int = NOTE_WORDS) -> tuple[str, int]:
+    """The first ``n`` whitespace-separated words of ``text`` (original spacing kept inside the cut)
+    and the number of words ``text`` had."""
+    words = list(re.finditer(r"\S+", text))
+    if len(words) <= n:
+        return text.strip(), len(words)
+    return text[words[0].start() : words[n - 1].end()], len(words)
+
+
+def quoted_item(item: RaceItem) -> str:
+    """The multiple-choice item as the reader and the forecast prompt quote it."""
+    return f"{item.question}\n{choices_block(item.choices)}\n{FORECAST_ITEM_INSTRUCTION}"
+
+
+def reader_prompt(note: str, item: RaceItem) -> str:
+    """What the note-only reader sees: the note and the quoted item, nothing of the passage."""
+    return f"Note: {note}\n\n{quoted_item(item)}"
+
+
+def pick(option_logprobs: Sequence[float | None]) -> int | None:
+    """Index of the option with the highest full-sequence log-probability (first on ties); None
+    when any option has no score (its boundary was not preserved)."""
+    if not option_logprobs or any(v is None or not math.isfinite(v) for v in option_logprobs):
+        return None
+    return int(np.argmax(np.asarray(option_logprobs, dtype=np.float64)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the model steps
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str  # what the reader and the forecast prompt see (at most NOTE_WORDS words)
+    raw: str  # what the model wrote
+    raw_words: int
+    n_tokens: int
+    finish_reason: str
+    prompt_text: str
+
+
+def write_notes(
+    model: LanguageModel,
+    passages: Sequence[str],
+    *,
+    max_words: int = NOTE_WORDS,
+    max_new_tokens: int = NOTE_MAX_NEW_TOKENS,
+    progress: Callable[[int], None] | None = None,
+) -> list[Note]:
+    """One greedy note per passage (batched), cut to ``max_words`` words."""
+    rendered = [model.render_chat([{"role": "user", "content": NOTE_PROMPT.format(passage=p)}]) for p in passages]
+    gens = model.greedy([r.ids for r in rendered], max_new_tokens, progress=progress)
+    notes = []
+    for g, r in zip(gens, rendered):
+        raw = model.decode(g.token_ids).strip()
+        text, n_words = truncate_words(raw, max_words)
+        notes.append(Note(text, raw, n_words, len(g.token_ids), g.finish_reason, r.text))
+    return notes
+
+
+def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
+    """The study's forecast prompt for this item and note, as an audit item (options 10..90, stem)."""
+    prompt, quoted, block = forecast_prompt(note, item.question, item.choices)
+    return AuditItem(
+        id=item.id,
+        messages=({"role": "user", "content": prompt},),
+        options=FORECAST_OPTIONS,
+        quoted_instruction=FORECAST_ITEM_INSTRUCTION,
+        choices_block=block,
+        quoted=quoted,
+        choices=item.choices,
+        question=item.question,
+        letters=LETTERS,
+        target=target,
+        stem=FORECAST_STEM,
+    )
+
+
+def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note]) -> list[dict[str, Any]]:
+    """The note-only reader's choice per item, with spaced and unspaced option strings.
+
+    Both option sets are read at the same rendered position, so one reading per item serves both
+    (:func:`sleight.position.read_positions`).
+    """
+    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]).text for it, n in zip(items, notes)]
+    sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
+    readings = [
+        [position_columns(model, r, s, letters=LETTERS) for s in r.option_sets]
+        for r in read_positions(model, contexts, [sets] * len(contexts), score_options=True)
+    ]
+    out = []
+    for it, (ru, rs) in zip(items, readings):
+        ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
+        choice = LETTERS[ku] if ku is not None else None
+        choice_sp = LETTERS[ks] if ks is not None else None
+        out.append(
+            {
+                "reader_choice": choice,
+                "reader_choice_spaced": choice_sp,
+                "reader_agree": (choice == choice_sp) if choice and choice_sp else None,
+                "reader_logprobs": ru["option_logprobs"],
+                "reader_logprobs_spaced": rs["option_logprobs"],
+                "reader_mass": ru["option_mass"],
+                "reader_mass_spaced": rs["option_mass"],
+                "reader_argmax_token": ru["argmax_token"],
+                "reader_argmax_class": ru["argmax_class"],
+                "correct": (choice == it.answer) if choice else None,
+                "correct_spaced": (choice_sp == it.answer) if choice_sp else None,
+            }
+        )
+    return out
+
+
+def run_forecast(
+    model: LanguageModel,
+    items: Sequence[RaceItem],
+    *,
+    max_words: int = NOTE_WORDS,
+    note_max_new_tokens: int = NOTE_MAX_NEW_TOKENS,
+    continuation_tokens: int = CONTINUATION_TOKENS,
+    status: Callable[[str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    clusters: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """All model work: one row per (item, position) with the note, the reader and the readings.
+
+    Notes are written once per distinct passage (items that share a passage share a note and a
+    cluster). ``status`` is told which step runs; ``progress`` counts note tokens. ``clusters``:
+    each item's passage cluster over the whole run, when ``items`` is one committed part of it.
+    """
+    if not items:
+        raise UserError("no items to run")
+    say = status or (lambda _msg: None)
+    passages = list(dict.fromkeys(it.passage for it in items))
+    say(f"writing {len(passages)} notes")
+    by_passage = dict(zip(passages, write_notes(model, passages, max_words=max_words, max_new_tokens=note_max_new_tokens, progress=progress)))
+    notes = [by_passage[it.passage] for it in items]
+    codes = list(cluster_codes([it.passage for it in items])) if clusters is None else list(clusters)
+    say("note-only reader")
+    reader = read_notes(model, items, notes)
+    say("forecast at the original and stemmed positions")
+    f_items = [forecast_item(it, n.text, None if r["correct"] is None else float(r["correct"])) for it, n, r in zip(items, notes, reader)]
+    readings = measure(model, f_items, list(POSITIONS), max_new_tokens=continuation_tokens)
+    rows = []
+    for k, reading in enumerate(readings):
+        i = k // len(POSITIONS)
+        it, note = items[i], notes[i]
+        row = {
+            "item_id": it.id,
+            "cluster": int(codes[i]),
+            "position": reading["variant"],
+            "gold": it.answer,
+            "note": note.text,
+            "note_raw": note.raw,
+            "note_raw_words": note.raw_words,
+            "note_truncated": note.raw_words > max_words,
+            "note_tokens": note.n_tokens,
+            "note_finish": note.finish_reason,
+            **reader[i],
+        }
+        row.update({key: val for key, val in reading.items() if key not in ("item_id", "variant")})
+        row["option_probs"] = _renormalised(reading.get("option_logprobs"))
+        rows.append(row)
+    return rows
+
+
+def _renormalised(option_logprobs: Sequence[float | None] | None) -> list[float] | None:
+    p = renormalise(option_logprobs or [])
+    return None if p is None else p.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# scoring (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Everything the report states, from the per-(item, position) rows; JSON-ready.
+
+    Items without a defined target (the reader's boundary not preserved) or without a score at
+    either position are left out of the scoring and counted, so both positions are always scored on
+    the same items (the paired gain needs that).
+    """
+    by_pos = {p: [r for r in rows if r["position"] == p] for p in POSITIONS}
+    orig, stem = by_pos["original"], by_pos["stem"]
+    if [r["item_id"] for r in orig] != [r["item_id"] for r in stem]:
+        raise ValueError("the original and stem rows must cover the same items in the same order")
+    usable = [
+        i for i, (a, b) in enumerate(zip(orig, stem)) if a["correct"] is not None and a["score"] is not None and b["score"] is not None
+    ]
+    y = np.asarray([float(orig[i]["correct"]) for i in usable])
+    clusters = np.asarray([orig[i]["cluster"] for i in usable])
+    scores = {p: np.asarray([by_pos[p][i]["score"] for i in usable], dtype=np.float64) for p in POSITIONS}
+    agree = [r["reader_agree"] for r in orig if r["reader_agree"] is not None]
+    correct = [r["correct"] for r in orig if r["correct"] is not None]
+    correct_sp = [r["correct_spaced"] for r in orig if r["correct_spaced"] is not None]
+    out: dict[str, Any] = {
+        "n_items": len(orig),
+        "n_scored": len(usable),
+        "n_clusters": int(np.unique(clusters).size),
+        "B": B,
+        "seed": seed,
+        "level": level,
+        "notes": {
+            "max_words": NOTE_WORDS,
+            "truncated": int(sum(bool(r["note_truncated"]) for r in orig)),
+            "mean_raw_words": float(np.mean([r["note_raw_words"] for r in orig])) if orig else math.nan,
+        },
+        "reader": {
+            "accuracy": float(np.mean(correct)) if correct else math.nan,
+            "accuracy_spaced": float(np.mean(correct_sp)) if correct_sp else math.nan,
+            "spaced_unspaced_agreement": float(np.mean(agree)) if agree else math.nan,
+            "n_agree": int(sum(agree)),
+            "n_compared": len(agree),
+            "choices": counts([r["reader_choice"] for r in orig]),
+            "choices_spaced": counts([r["reader_choice_spaced"] for r in orig]),
+            "gold": counts([r["gold"] for r in orig]),
+            "mass": mass_summary([r["reader_mass"] for r in orig], MASS_FLOOR),
+            "mass_spaced": mass_summary([r["reader_mass_spaced"] for r in orig], MASS_FLOOR),
+        },
+        "positions": {},
+    }
+    base = float(y.mean()) if y.size else math.nan
+    out["brier_reference"] = {
+        "constant_0.5": 0.25 if y.size else math.nan,
+        "base_rate": base * (1.0 - base) if y.size else math.nan,
+        "base_rate_value": base,
+    }
+    for p in POSITIONS:
+        rs = by_pos[p]
+        out["positions"][p] = {
+            "auroc": metric_interval("auroc", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
+            "brier": metric_interval("brier", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
+            "mean_forecast": float(scores[p].mean()) if y.size else math.nan,
+            "mass": mass_summary([r["option_mass"] for r in rs], MASS_FLOOR),
+            "first_tokens_distinct": float(np.mean([bool(r["first_tokens_distinct"]) for r in rs])) if rs else math.nan,
+            "argmax_class": counts([r["argmax_class"] for r in rs]),
+            "argmax_token": counts([r["argmax_token"] for r in rs]),
+            "continuation_class": counts([r["continuation_class"] for r in rs]),
+        }
+    out["gain"] = {
+        m: paired_difference(m, scores["stem"], scores["original"], y, clusters=clusters, B=B, seed=seed, level=level, name_a="stem", name_b="original")
+        if y.size
+        else None
+        for m in ("auroc", "brier")
+    }
+    return clean(out)

@@ -1,0 +1,155 @@
+"""The reader forecast read six ways, every pair compared on the same bootstrap replicates.
+
+Beside the study's original and stemmed positions (:mod:`.forecast_pipeline`), the same forecast is
+read
+
+* (c) ``deleted`` -- with the quoted item's instruction ("Answer with exactly one of: A, B, C, D.")
+  deleted, at the original position;
+* (d) ``alt`` -- through an alternative template (``{note}`` and ``{item}`` placeholders; the shipped
+  one is project-written, ``--template FILE`` takes the user's), at its generation prompt;
+* (e) ``alt_stem`` -- the same with the template's own answer stem prefilled;
+* (f) ``continuation`` -- the number parsed from the model's greedy continuation at the original
+  position: the first grid value written, 0.5 when there is none
+  (:func:`~sleight.readout.scan.text_parsers.continuation_forecast`).
+
+(a)-(e) are renormalised over the declared grid, ``Σ (int(o)/100)·p_o``. Every readout is scored
+on the items where all six are defined, so each pair's paired interval (and every single
+interval) uses the same replicates: one cluster bootstrap over passages, one seed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from sleight.backends.base import LanguageModel
+from sleight.errors import UserError
+from sleight.position import read_positions
+from sleight.readout.audit.presets import FORECAST_OPTIONS
+from sleight.readout.audit.variants import Skipped, make_variant, render
+from sleight.readout.forecast.pipeline import RaceItem, forecast_item, quoted_item
+from sleight.readout.scan.run import expected_score
+from sleight.readout.scan.text_parsers import continuation_forecast
+from sleight.stats.downstream import clean, metric_interval, paired_difference
+
+READOUTS: dict[str, str] = {
+    "original": "(a) original position",
+    "stem": "(b) answer stem",
+    "deleted": "(c) quoted instruction deleted",
+    "alt": "(d) alternative template",
+    "alt_stem": "(e) alternative template, its own stem",
+    "continuation": "(f) number in the greedy continuation",
+}
+ALT_TEMPLATE = "forecast_alt.txt"
+ALT_STEM = "My guess: about "
+PLACEHOLDERS = ("{note}", "{item}")
+
+
+def shipped_alt_template() -> str:
+    return resources.files("sleight").joinpath("data/scorers").joinpath(ALT_TEMPLATE).read_text(encoding="utf-8")
+
+
+def check_alt_template(text: str, where: str) -> str:
+    missing = [p for p in PLACEHOLDERS if p not in text]
+    if missing:
+        raise UserError(f"{where}: an alternative forecast template needs the placeholder(s) {', '.join(missing)}")
+    return text
+
+
+def alt_prompt(template: str, note: str, item: RaceItem) -> str:
+    return template.replace("{note}", note).replace("{item}", quoted_item(item))
+
+
+def _scores(model: LanguageModel, contexts: Sequence[str | None]) -> list[float | None]:
+    live = [k for k, c in enumerate(contexts) if c is not None]
+    out: list[float | None] = [None] * len(contexts)
+    reads = read_positions(model, [contexts[k] for k in live], [[FORECAST_OPTIONS]] * len(live), score_options=True)  # type: ignore[misc]
+    for k, r in zip(live, reads):
+        out[k] = expected_score(list(r.option_sets[0].logprobs), FORECAST_OPTIONS, 100.0)
+    return out
+
+
+def extra_readouts(
+    model: LanguageModel,
+    items: Sequence[RaceItem],
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    template: str | None = None,
+    stem: str = ALT_STEM,
+) -> list[dict[str, Any]]:
+    """One record per item: its target, cluster and the six readouts (None where undefined).
+
+    ``rows`` are :func:`~sleight.readout.forecast.pipeline.run_forecast`'s (its notes, reader
+    correctness, original/stem scores and the greedy continuation at the original position).
+    """
+    tpl = check_alt_template(template, "--template") if template is not None else shipped_alt_template()
+    by = {(r["item_id"], r["position"]): r for r in rows}
+    deleted_ctx: list[str | None] = []
+    alt_ctx, alt_stem_ctx = [], []
+    for it in items:
+        orig = by[(it.id, "original")]
+        spec = make_variant(forecast_item(it, orig["note"], None), "deleted_instruction")
+        deleted_ctx.append(None if isinstance(spec, Skipped) else render(model, spec))
+        msgs = [{"role": "user", "content": alt_prompt(tpl, orig["note"], it)}]
+        alt_ctx.append(model.render_chat(msgs).text)
+        alt_stem_ctx.append(model.render_chat(msgs, prefill=stem).text)
+    deleted, alt, alt_stem = _scores(model, deleted_ctx), _scores(model, alt_ctx), _scores(model, alt_stem_ctx)
+    out = []
+    for k, it in enumerate(items):
+        orig, st = by[(it.id, "original")], by[(it.id, "stem")]
+        out.append(
+            {
+                "item_id": it.id,
+                "cluster": orig["cluster"],
+                "correct": orig["correct"],
+                "original": orig["score"],
+                "stem": st["score"],
+                "deleted": deleted[k],
+                "alt": alt[k],
+                "alt_stem": alt_stem[k],
+                "continuation": continuation_forecast(orig.get("continuation") or "", FORECAST_OPTIONS),
+                "continuation_text": orig.get("continuation"),
+            }
+        )
+    return out
+
+
+def summarise_readouts(records: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """AUROC and Brier per readout, and every pair's paired difference, on the common items."""
+    ok = [r for r in records if r["correct"] is not None and all(r[k] is not None and math.isfinite(float(r[k])) for k in READOUTS)]
+    y = np.asarray([float(r["correct"]) for r in ok])
+    cl = np.asarray([r["cluster"] for r in ok])
+    s = {k: np.asarray([float(r[k]) for r in ok]) for k in READOUTS}
+    out: dict[str, Any] = {"n_items": len(records), "n_scored": len(ok), "B": B, "seed": seed, "level": level, "labels": READOUTS, "readouts": {}, "pairs": {}}
+    if not ok:
+        return clean(out)
+    for k in READOUTS:
+        out["readouts"][k] = {m: metric_interval(m, s[k], y, clusters=cl, B=B, seed=seed, level=level) for m in ("auroc", "brier")} | {"mean": float(s[k].mean())}
+    for a, b in itertools.combinations(READOUTS, 2):
+        out["pairs"][f"{a} - {b}"] = {m: paired_difference(m, s[a], s[b], y, clusters=cl, B=B, seed=seed, level=level, name_a=a, name_b=b) for m in ("auroc", "brier")}
+    return clean(out)
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    f = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    ci = lambda m: "–" if not m else f"{f(m.get('estimate'))} [{f(m.get('low'))}, {f(m.get('high'))}]"  # noqa: E731
+    lines = [
+        "# The reader forecast, six readouts",
+        "",
+        f"{summary['n_scored']} of {summary['n_items']} items scored (all six defined); 95% cluster bootstrap over passages, B={summary['B']}, the same replicates for every interval.",
+        "",
+        "| readout | mean forecast | AUROC | Brier |",
+        "|---|---|---|---|",
+    ]
+    for k, m in summary["readouts"].items():
+        lines.append(f"| {READOUTS[k]} | {f(m['mean'])} | {ci(m['auroc'])} | {ci(m['brier'])} |")
+    lines += ["", "Paired differences (a - b; for Brier the gain is b - a, positive = a better):", "", "| pair | ΔAUROC | Brier gain |", "|---|---|---|"]
+    for pair, d in summary["pairs"].items():
+        au, br = d["auroc"], d["brier"]
+        lines.append(f"| {pair} | {f(au['diff'])} [{f(au['low'])}, {f(au['high'])}] | {f(br['gain'])} [{f(br['gain_low'])}, {f(br['gain_high'])}] |")
+    return "\n".join(lines) + "\n"

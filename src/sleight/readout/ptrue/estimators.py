@@ -1,0 +1,105 @@
+"""P(True) beside the field's own estimators, on the user's model (``sleight readout estimators``).
+
+The study's comparison ("Moved beats all fourteen"), run on one model: the model answers each
+question greedily (as :func:`~sleight.readout.ptrue.answers.greedy_answers` renders it, the same
+rule of correctness), every P(True) readout scores its own answer
+(:func:`~sleight.readout.ptrue.readouts.ptrue_readouts`), and the token-based estimators of
+:mod:`.estimators` score the same answers from the decode's own records. AUROC and PRR against
+correctness, with paired (question-cluster) bootstrap differences of each P(True) readout against
+each estimator, on the same replicates (:func:`~sleight.readout.ptrue.uncertainty.comparison`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sleight.backends.base import LanguageModel
+from sleight.errors import UserError
+from sleight.readout.audit.report import dumps
+from sleight.readout.ptrue.answers import Answer, QAItem
+from sleight.readout.ptrue.pipeline import own_pairs
+from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
+from sleight.readout.ptrue.uncertainty import answer_tokens, comparison, estimate
+
+ANSWER_TOKENS = 32
+
+
+def run_estimators(
+    model: LanguageModel,
+    items: Sequence[QAItem],
+    *,
+    instruct: bool = True,
+    max_new_tokens: int = ANSWER_TOKENS,
+    use_polygraph: bool = True,
+    B: int = 20000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Per answer: text, correctness, every estimator and every P(True) readout; and the comparison."""
+    if not items:
+        raise UserError("no items to run")
+    prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
+    ids = [model.encode(p) for p in prompts]
+    gens = model.greedy(ids, max_new_tokens)
+    answers = [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]
+    pairs = own_pairs(items, answers)
+    values = ptrue_readouts(model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=instruct)
+    est, engine = estimate(answer_tokens(model, ids, gens), use_polygraph=use_polygraph)
+    readouts = {name: values[name] for name in READOUT_LABELS}  # Library as its probability (the same ranking)
+    rows = [
+        {
+            "item_id": p["item_id"],
+            "answer": p["answer"],
+            "label": p["label"],
+            **{k: float(v[i]) for k, v in est.items()},
+            **{f"ptrue_{k}": float(v[i]) for k, v in readouts.items()},
+        }
+        for i, p in enumerate(pairs)
+    ]
+    summary = comparison([p["label"] for p in pairs], [p["item_id"] for p in pairs], est, {k: list(v) for k, v in readouts.items()}, B=B, seed=seed)
+    return {"engine": engine, "instruct": instruct, "max_new_tokens": max_new_tokens, "rows": rows, "summary": summary}
+
+
+def _f(v: Any) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+def _ci(m: dict[str, Any] | None) -> str:
+    return "–" if not m else f"{_f(m.get('estimate'))} [{_f(m.get('low'))}, {_f(m.get('high'))}]"
+
+
+def render_markdown(result: dict[str, Any], model_id: str) -> str:
+    s = result["summary"]
+    lines = [
+        "# P(True) beside the token-based uncertainty estimators",
+        "",
+        f"Model `{model_id}`; {s['n']} own answers, {s['n_correct']} correct; estimators computed by {result['engine']}; "
+        "confidence = -uncertainty. Intervals: 95% cluster bootstrap over questions.",
+        "",
+        "| score | AUROC | PRR |",
+        "|---|---|---|",
+    ]
+    for name, m in s["estimators"].items():
+        lines.append(f"| {name} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
+    for name, m in s["ptrue"].items():
+        lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
+    lines += ["", "Paired differences (P(True) readout minus estimator, same replicates):", "", "| pair | ΔAUROC | ΔPRR |", "|---|---|---|"]
+    for pair, d in s["differences"].items():
+        cells = [("–" if not d[m] else f"{_f(d[m].get('diff'))} [{_f(d[m].get('low'))}, {_f(d[m].get('high'))}]") for m in ("auroc", "prr")]
+        lines.append(f"| {pair} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_result(out_dir: str | Path, result: dict[str, Any], model_info: dict[str, Any]) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": out / "estimators.json", "md": out / "estimators.md"}
+    files["json"].write_text(dumps({"model": model_info, **result}), encoding="utf-8")
+    files["md"].write_text(render_markdown(result, str(model_info.get("model_id", "?"))), encoding="utf-8")
+    return files
+
+
+def load_result(out_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(out_dir) / "estimators.json").read_text(encoding="utf-8"))

@@ -1,0 +1,1 @@
+"""Audits of published scorers: presets naming their sources, text parsers, and the scan report."""

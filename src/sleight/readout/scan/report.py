@@ -1,0 +1,146 @@
+"""scan.md and scan.html: one row per scorer preset (the shape of the study's Table 11).
+
+Rendering only: every number comes from :func:`sleight.readout.scan.run.scan_row`. Each row links to
+its preset's audit report (``<preset>/report.html``), the drill-down with the six checks.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sleight.readout.audit.report import VERDICT_MARK
+
+HEADERS = (
+    "preset", "rendering", "parser", "mass as declared", "mass, leading space", "first tokens distinct (declared / spaced)",
+    "separator present", "argmax class", "continuation first", "verdict", "repair", "repair mass", "repair clears floor",
+)
+_COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e"}
+
+
+def _f(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def _mass(d: Mapping[str, Any]) -> str:
+    extra = f" ({d['mass_null']} undefined)" if d.get("mass_null") else ""
+    return _f(d.get("mass_median")) + extra
+
+
+def cells(row: Mapping[str, Any]) -> list[str]:
+    """The row's cells as text, in :data:`HEADERS` order (the preset cell without its link)."""
+    flags = "; ".join(row["flags"])
+    verdict = VERDICT_MARK[row["verdict"]] + (f": {flags}" if flags else "")
+    return [
+        row["preset"],
+        row["rendering"],
+        row["parser"],
+        _mass(row["declared"]),
+        _mass(row["spaced"]),
+        f"{_f(row['declared']['distinct_rate'])} / {_f(row['spaced']['distinct_rate'])}",
+        _f(row["separator_rate"]),
+        _f(row["argmax_class"]),
+        _f(row["continuation"]),
+        verdict,
+        row["repair"]["description"],
+        _mass(row["repair"]),
+        _f(row["repair"]["clears_floor"]),
+    ]
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    model = manifest.get("model", {})
+    lines = [
+        "# Readout scan of published scorers",
+        "",
+        f"Model: `{model.get('model_id', '?')}` ({model.get('engine', '?')}, {model.get('dtype', '?')}, {model.get('device', '?')}); "
+        f"floor {manifest.get('floor')}; records per preset: {manifest.get('limit') or 'all'}.",
+        "Masses are medians over the items at the scored position (SPEC §4.1); distinct is the share of items whose options have their own first token.",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
+    ]
+    for r in rows:
+        c = cells(r)
+        c[0] = f"[{r['preset']}]({r['report'].replace(chr(92), '/')})"
+        lines.append("| " + " | ".join(_md_escape(x) for x in c) + " |")
+    lines += ["", "## Flags", ""]
+    lines += [f"- **{k}**: {v}." for k, v in (manifest.get("flag_rules") or {}).items()]
+    for r in rows:
+        lines += ["", f"## {r['preset']}: {r['title']}", ""]
+        s = r["source"]
+        lines.append(f"Source: {s['paper']} ({s['url']})" + (f"; `{s['repo']}` {', '.join('`' + f + '`' for f in s['files'])} at `{s['revision']}`" if s.get("repo") else "") + ".")
+        lines.append(f"Declared options {r['options']!r} ({r['label_format']}); parser: {r['parser_note']}.")
+        lines.append(f"Argmax classes {r['argmax_classes']}; continuation classes {r['continuation_classes']}.")
+        if r.get("parser_result") and r["parser_result"].get("per_letter"):
+            p = r["parser_result"]
+            lines.append(
+                f"Parsed verdicts: accuracy {_f(p['accuracy'])} (every prediction is correct), verdict = gold letter {_f(p['letter_rate'])} "
+                f"when the gold letter is A or B, rotation contrast {_f(p['contrast'])}; items read as verdicts: {', '.join(p['tracking_items']) or 'none'}; "
+                f"verdicts by gold position {p['verdicts_by_gold']}."
+            )
+        if r.get("grades"):
+            g = r["grades"]
+            d = g["difference"]
+            lines.append(
+                f"Grades against human ratings (within-document Spearman, averaged): as declared, first token {_f(g['declared_first_token']['rho'])} "
+                f"({g['declared_first_token']['n_undefined']} of {g['declared_first_token']['n_documents']} documents undefined); "
+                f"space-prefixed, full sequence {_f(g['spaced_full_sequence']['rho'])} ({g['spaced_full_sequence']['n_undefined']} undefined); "
+                f"difference {_f(d['diff'])} [{_f(d['low'])}, {_f(d['high'])}] over {d['n_paired']} paired documents."
+            )
+        lines.append(f"Drill-down: [{r['report']}]({r['report']}).")
+    return "\n".join(lines) + "\n"
+
+
+def render_scan_html(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    model = manifest.get("model", {})
+    css = (
+        "body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#1f2328}"
+        "table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px;font-size:14px;text-align:left;vertical-align:top}"
+        "th{background:#f6f8fa}.badge{color:#fff;border-radius:4px;padding:1px 7px;font-weight:600;font-size:13px}"
+    )
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+    body = []
+    for r in rows:
+        c = [html.escape(x) for x in cells(r)]
+        c[0] = f'<a class="drill" href="{html.escape(r["report"].replace(chr(92), "/"))}">{html.escape(r["preset"])}</a>'
+        flags = "; ".join(r["flags"])
+        c[9] = f'<span class="badge" style="background:{_COLOURS[r["verdict"]]}">{VERDICT_MARK[r["verdict"]]}</span> {html.escape(flags)}'
+        body.append(f'<tr data-preset="{html.escape(r["preset"])}" data-verdict="{r["verdict"]}">' + "".join(f"<td>{x}</td>" for x in c) + "</tr>")
+    sources = "".join(
+        f"<li><b>{html.escape(r['preset'])}</b>: {html.escape(r['source']['paper'])} (<a href=\"{html.escape(r['source']['url'])}\">{html.escape(r['source']['url'])}</a>)"
+        + (f"; <code>{html.escape(r['source']['repo'])}</code> {html.escape(', '.join(r['source']['files']))} at <code>{html.escape(str(r['source']['revision']))}</code>" if r["source"].get("repo") else "")
+        + "</li>"
+        for r in rows
+    )
+    rules = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}.</li>" for k, v in (manifest.get("flag_rules") or {}).items())
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Readout scan</title><style>{css}</style></head><body>"
+        "<h1>Readout scan of published scorers</h1>"
+        f"<p>Model <code>{html.escape(str(model.get('model_id', '?')))}</code> ({html.escape(str(model.get('engine', '?')))}, {html.escape(str(model.get('device', '?')))}); "
+        f"floor {html.escape(str(manifest.get('floor')))}. Each preset links to its audit report.</p>"
+        f"<table id='scan'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"<h2>Flags</h2><ul>{rules}</ul><h2>Sources</h2><ul>{sources}</ul></body></html>"
+    )
+
+
+def write_scan_reports(out_dir: str | Path, manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    md, page = out / "scan.md", out / "scan.html"
+    for path, text in ((md, render_scan_markdown(manifest, rows)), (page, render_scan_html(manifest, rows))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return md, page

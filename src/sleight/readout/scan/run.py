@@ -1,0 +1,294 @@
+"""``sleight readout scan``: audit the published scorers together, one row per preset.
+
+For each chosen preset (:mod:`.scorers`) the scan
+
+1. runs the full audit (:func:`~sleight.readout.audit.run.run_audit`) on the preset's items with the
+   declared options, at the original position, with a space appended, and at the answer stem when
+   the preset's repair is one -- its report is the row's drill-down;
+2. reads the same original positions with the labels space-prefixed, and the repaired positions
+   with the repair's options (:func:`sleight.position.read_positions`, one pass each);
+3. for a text parser (OpenCompass), parses every greedy reply and computes the rotation contrast
+   (:func:`~sleight.readout.scan.text_parsers.rotation_contrast`);
+4. for items with human ratings grouped by document (G-Eval), the within-document Spearman of the
+   as-declared first-token grade and of the full-sequence space-prefixed grade (:mod:`.grades`).
+
+:func:`scan_row` (pure) turns those numbers into the row of the report: the shape of the study's
+Table 11. The rules behind its flags are in :data:`FLAG_RULES`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sleight.backends.base import LanguageModel
+from sleight.position import OptionSetReading, read_positions, renormalise
+from sleight.readout.audit.checks import MASS_FLOOR
+from sleight.readout.audit.classify import is_numeric
+from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.report import dumps
+from sleight.readout.audit.run import AuditConfig, load_readings, run_audit
+from sleight.readout.audit.variants import make_variant, render
+from sleight.readout.scan.grades import paired_document_difference, within_document_spearman
+from sleight.readout.scan.scorers import ScorerPreset, get_scorer, scorer_items, scorer_records
+from sleight.readout.scan.text_parsers import TEXT_PARSERS, rotation_contrast
+
+REPLY_TOKENS = 32  # greedy budget of a text-parsed reply (the audit's continuation is the reply)
+
+FLAG_RULES: dict[str, str] = {
+    "collapse": "median option mass as declared is below the floor, or undefined",
+    "not scorable by first tokens": "the parser reads first tokens and some item's declared options share one, or lose their boundary",
+    "declared labels share a first token": "the parser reads full sequences, but the declared labels share a first token (the mass counts it once)",
+    "space-prefixed labels share a first token": "written with a leading space, the labels share a first token at the same position",
+    "missing separator": "some rendered context ends without whitespace and the declared labels carry none",
+    "letter read as verdict": "some item's parsed verdict follows its gold letter through the rotations (A at A, B at B)",
+}
+FAILING = ("collapse", "not scorable by first tokens", "letter read as verdict")
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """What a scan covers: presets, their inputs (default: the shipped templates and fixtures)."""
+
+    presets: tuple[str, ...]
+    limit: int | None = None  # source records per preset
+    max_new_tokens: int = 16
+    reply_tokens: int = REPLY_TOKENS
+    floor: float = MASS_FLOOR
+    templates: Mapping[str, str] = field(default_factory=dict)
+    records: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ScanResult:
+    out_dir: Path
+    rows: list[dict[str, Any]]
+    files: dict[str, Path]
+
+
+# -- pure pieces ------------------------------------------------------------------------------------
+def _median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.median(vals)) if vals else None
+
+
+def _rate(flags: Sequence[bool | None]) -> float | None:
+    vals = [bool(f) for f in flags if f is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def expected_score(logprobs: Sequence[float | None], options: Sequence[str], scale: float) -> float | None:
+    """Renormalised score over a declared set: the expected value for numeric labels (``int(o) /
+    scale``), else the first label's probability; None where any log-prob is missing."""
+    p = renormalise(list(logprobs))
+    if p is None:
+        return None
+    if is_numeric(options):
+        return float(sum(int(o) / scale * pi for o, pi in zip(options, p)))
+    return float(p[0])
+
+
+def first_token_score(s: OptionSetReading, scale: float) -> float | None:
+    """The score a first-token parser reads: the declared set renormalised over first tokens."""
+    if not s.boundary_preserved:
+        return None
+    return expected_score(list(s.first_logprobs), s.options, scale)
+
+
+def position_summary(sets: Sequence[OptionSetReading], floor: float) -> dict[str, Any]:
+    """Mass and distinctness of one option set over the items (None masses counted, never 0)."""
+    masses = [s.mass for s in sets]
+    med = _median(masses)
+    return {
+        "mass_median": med,
+        "mass_null": sum(m is None for m in masses),
+        "below_floor": sum(m is not None and m < floor for m in masses),
+        "distinct_rate": _rate([s.distinct if s.boundary_preserved else None for s in sets]),
+        "boundary_rate": _rate([s.boundary_preserved for s in sets]),
+        "clears_floor": med is not None and med >= floor,
+    }
+
+
+def _most_common(counts: Mapping[str, int] | None) -> str | None:
+    live = {k: v for k, v in (counts or {}).items() if v}
+    return max(live, key=lambda k: (live[k], k)) if live else None
+
+
+def scan_flags(row: Mapping[str, Any], parser: str, options: Sequence[str], floor: float) -> list[str]:
+    """The failure modes a row shows, by the rules in :data:`FLAG_RULES`."""
+    flags = []
+    d = row["declared"]
+    if d["mass_median"] is None or d["mass_median"] < floor:
+        flags.append("collapse")
+    shared = (d["distinct_rate"] is not None and d["distinct_rate"] < 1) or (d["boundary_rate"] or 0) < 1
+    if shared and parser == "first_token":
+        flags.append("not scorable by first tokens")
+    elif d["distinct_rate"] is not None and d["distinct_rate"] < 1:
+        flags.append("declared labels share a first token")
+    sp = row["spaced"]
+    if sp["distinct_rate"] is not None and sp["distinct_rate"] < 1:
+        flags.append("space-prefixed labels share a first token")
+    ws = row["separator_rate"]
+    if (ws is None or ws < 1) and not any(o[:1].isspace() for o in options):
+        flags.append("missing separator")
+    if row.get("parser_result") and row["parser_result"]["tracking_items"]:
+        flags.append("letter read as verdict")
+    return flags
+
+
+def verdict_of(flags: Sequence[str]) -> str:
+    if any(f in FAILING for f in flags):
+        return "fail"
+    return "warn" if flags else "pass"
+
+
+def scan_row(
+    preset: ScorerPreset,
+    summary: Mapping[str, Any],
+    declared: Sequence[OptionSetReading],
+    spaced: Sequence[OptionSetReading],
+    repaired: Sequence[OptionSetReading],
+    *,
+    report: str,
+    floor: float = MASS_FLOOR,
+    parser_result: Mapping[str, Any] | None = None,
+    grades: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One row of the scan report from the audit summary and the three readings of each item."""
+    orig = (summary.get("variants") or {}).get("original", {})
+    row: dict[str, Any] = {
+        "preset": preset.name,
+        "title": preset.title,
+        "source": {"paper": preset.source.paper, "url": preset.source.url, "repo": preset.source.repo, "files": list(preset.source.files), "revision": preset.source.revision},
+        "rendering": preset.rendering,
+        "parser": preset.parser,
+        "parser_note": preset.parser_note,
+        "label_format": preset.label_format,
+        "options": list(preset.options),
+        "spaced_options": list(preset.spaced_options),
+        "n_items": orig.get("n_measured", len(declared)),
+        "declared": position_summary(declared, floor),
+        "spaced": position_summary(spaced, floor),
+        "separator_rate": orig.get("ends_with_whitespace_rate"),
+        "argmax_class": _most_common(orig.get("argmax_classes")),
+        "argmax_classes": dict(orig.get("argmax_classes") or {}),
+        "continuation": _most_common(orig.get("continuation_classes")),
+        "continuation_classes": dict(orig.get("continuation_classes") or {}),
+        "repair": {"kind": preset.repair.kind, "description": preset.repair.description, "options": list(preset.repair.options), **position_summary(repaired, floor)},
+        "parser_result": dict(parser_result) if parser_result else None,
+        "grades": dict(grades) if grades else None,
+        "report": report,
+    }
+    row["flags"] = scan_flags(row, preset.parser, preset.options, floor)
+    row["verdict"] = verdict_of(row["flags"])
+    return row
+
+
+# -- model work -------------------------------------------------------------------------------------
+def repaired_context(model: LanguageModel, item: AuditItem, original: str, preset: ScorerPreset) -> str:
+    """The rendered context at the preset's repair: separator appended where whitespace is missing,
+    the stem prefilled, or the original position (labels repair)."""
+    r = preset.repair
+    if r.kind == "separator":
+        return original if original[-1:].isspace() else original + r.text
+    if r.kind == "stem":
+        spec = make_variant(replace(item, stem=r.text), "stem")
+        return render(model, spec)  # type: ignore[arg-type]
+    return original
+
+
+def _grades(items: Sequence[AuditItem], declared: Sequence[OptionSetReading], spaced: Sequence[OptionSetReading], scale: float, B: int) -> dict[str, Any] | None:
+    docs = [i.meta.get("doc_id") for i in items]
+    human = [i.target for i in items]
+    if any(d is None for d in docs) or any(h is None for h in human):
+        return None
+    first = [first_token_score(s, scale) for s in declared]
+    full = [expected_score(list(s.logprobs), s.options, scale) for s in spaced]
+    return {
+        "declared_first_token": within_document_spearman(first, human, docs),  # type: ignore[arg-type]
+        "spaced_full_sequence": within_document_spearman(full, human, docs),  # type: ignore[arg-type]
+        "difference": paired_document_difference(full, first, human, docs, B=B),  # type: ignore[arg-type]
+    }
+
+
+def scan_preset(
+    model: LanguageModel,
+    name: str,
+    out_dir: Path,
+    config: ScanConfig,
+    *,
+    overwrite: bool = False,
+    show_progress: bool = False,
+    B: int = 20000,
+) -> dict[str, Any]:
+    """Audit one preset into ``out_dir / name`` and return its scan row."""
+    preset = get_scorer(name)
+    records = scorer_records(preset, config.records.get(name))
+    items = scorer_items(name, records, template=config.templates.get(name), limit=config.limit)
+    variants = ("original", "space") + (("stem",) if any(i.stem for i in items) else ())
+    budget = config.reply_tokens if preset.text_parser else config.max_new_tokens
+    audit_cfg = AuditConfig(source=f"scorer preset {name} ({config.records.get(name) or 'shipped fixture'}; template {config.templates.get(name) or 'shipped'})", variants=variants, max_new_tokens=budget, floor=config.floor)
+    result = run_audit(model, items, out_dir / name, audit_cfg, overwrite=overwrite, show_progress=show_progress)
+    df = load_readings(out_dir / name)
+    orig = df[df["variant"] == "original"].set_index("item_id")
+    contexts = [str(orig.loc[i.id, "context"]) for i in items]
+    pos = read_positions(model, contexts, [[preset.options, preset.spaced_options]] * len(items), score_options=True)
+    declared = [p.option_sets[0] for p in pos]
+    spaced = [p.option_sets[1] for p in pos]
+    rep_ctx = [repaired_context(model, i, c, preset) for i, c in zip(items, contexts)]
+    repaired = [p.option_sets[0] for p in read_positions(model, rep_ctx, [[preset.repair.options]] * len(items))]
+    parser_result = None
+    if preset.text_parser:
+        parse = TEXT_PARSERS[preset.text_parser]
+        replies = [
+            {"item": i.meta.get("item", i.id), "gold_letter": i.meta.get("gold_letter"), "reply": str(orig.loc[i.id, "continuation"]), "verdict": parse(str(orig.loc[i.id, "continuation"]))}
+            for i in items
+        ]
+        parser_result = {**rotation_contrast(replies), "replies": replies} if all(r["gold_letter"] for r in replies) else {"replies": replies, "tracking_items": []}
+    report = result.files.get("report_html", out_dir / name / "report.html")
+    return scan_row(
+        preset,
+        result.summary,
+        declared,
+        spaced,
+        repaired,
+        report=str(Path(report).relative_to(out_dir)),
+        floor=config.floor,
+        parser_result=parser_result,
+        grades=_grades(items, declared, spaced, preset.score_scale, B),
+    )
+
+
+def run_scan(
+    model: LanguageModel,
+    out_dir: str | Path,
+    config: ScanConfig,
+    *,
+    overwrite: bool = False,
+    show_progress: bool = True,
+    B: int = 20000,
+) -> ScanResult:
+    """Every chosen preset audited under ``out_dir``, then scan.json, scan.md and scan.html."""
+    from sleight.readout.scan.report import write_scan_reports
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in config.presets:
+        if show_progress:
+            print(f"scan: {name}", flush=True)
+        rows.append(scan_preset(model, name, out, config, overwrite=overwrite, show_progress=show_progress, B=B))
+    manifest = {"tool": "sleight readout scan", "model": model.info.as_dict(), "presets": list(config.presets), "limit": config.limit, "floor": config.floor, "flag_rules": FLAG_RULES}
+    (out / "scan.json").write_text(dumps({"manifest": manifest, "rows": rows}), encoding="utf-8")
+    md, page = write_scan_reports(out, manifest, rows)
+    return ScanResult(out, rows, {"scan_json": out / "scan.json", "scan_md": md, "scan_html": page})
+
+
+def load_scan(out_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(out_dir) / "scan.json").read_text(encoding="utf-8"))

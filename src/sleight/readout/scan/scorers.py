@@ -1,0 +1,415 @@
+"""Published scorer specifications as presets: where each reads, what it reads, how it parses.
+
+The readout study audited the field's own scorers (its Appendix E-G), not only its own prompt. Each
+:class:`ScorerPreset` names its source (paper, repository, files, revision) and defines what is
+audited: how the prompt is rendered (``completion``: the filled template is the context as is;
+``chat``: one user turn, optionally after a system turn, through the model's chat template;
+``chatml``: a template written as ``<|im_start|>role ... <|im_end|>`` turns, split into messages and
+rendered through the model's template), the declared option set and its label format, the scored
+position (the next token after the rendered context), the published parser, and the repair the
+study tried (a supplied separator, an answer stem, or labels that carry their own separator).
+
+The shipped templates in ``sleight/data/scorers/`` are project-written: the same structure as the
+published ones (the same placeholders, the same ending, the same option set), different wording.
+``template=`` takes the published template itself (the user's own copy), so the real thing is
+audited with the same placeholders. Filling is by plain replacement of each placeholder, as G-Eval
+and AlpacaEval do it (their templates hold literal braces that ``str.format`` would reject).
+
+One explicit list (:data:`SCORERS`) is the registry; nothing else defines a preset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sleight.errors import UserError
+from sleight.readout.audit.items import AuditItem, load_jsonl_records
+
+RENDERINGS = ("completion", "chat", "chatml")
+PARSERS = ("first_token", "full_sequence", "text")
+LETTERS = ("A", "B", "C", "D")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a specification is published: the paper, and the code where there is any."""
+
+    paper: str
+    url: str
+    repo: str | None = None
+    files: tuple[str, ...] = ()
+    revision: str | None = None  # the commit (or tag) the preset was read from
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What the study tried instead: ``separator`` appends ``text`` to the rendered context when it
+    ends without whitespace, ``stem`` prefills ``text`` (in the assistant turn, or after a completion
+    prompt), ``labels`` reads other label strings at the same position. ``options`` are read there."""
+
+    kind: str
+    text: str
+    options: tuple[str, ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class ScorerPreset:
+    """One published scorer, as audited (see the module docstring)."""
+
+    name: str
+    title: str
+    source: Source
+    rendering: str
+    template: str  # shipped file in sleight/data/scorers
+    placeholders: tuple[tuple[str, str], ...]  # (placeholder as written in the template, record field)
+    options: tuple[str, ...]
+    label_format: str  # bare | space-prefixed
+    parser: str  # first_token | full_sequence | text
+    parser_note: str
+    repair: Repair
+    fixture: str  # shipped records in sleight/data/scorers
+    system: str | None = None  # chat rendering: the system turn, if the scorer sends one
+    letters: tuple[str, ...] = ()  # answer letters of a quoted item, if the prompt quotes one
+    text_parser: str | None = None  # name in sleight.readout.scan.text_parsers (parser == "text")
+    score_scale: float = 100.0  # numeric options: score = sum(int(o) / scale * p_o)
+    target: Callable[[Mapping[str, Any]], float | None] = field(default=lambda rec: None, compare=False)
+    expand: Callable[[Mapping[str, Any]], list[dict[str, Any]]] | None = field(default=None, compare=False)
+
+    @property
+    def spaced_options(self) -> tuple[str, ...]:
+        """The declared labels with exactly one leading space (the other label format)."""
+        return tuple(" " + o.lstrip() for o in self.options)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f for _, f in self.placeholders))
+
+
+# -- OpenCompass's grader: the quoted item rotated so its gold letter visits every position ---------
+def grader_rotations(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Four copies of a lettered item, the choices rotated so the gold choice sits at A, B, C, D.
+
+    The candidate's prediction is the gold choice's text (a correct answer, so a grader that judges
+    says A every time); ``prediction`` in the record overrides it (``{letter}`` and ``{text}`` are
+    filled per rotation). The gold target is the rotated gold letter, as OpenCompass's MMLU grader
+    is given it.
+    """
+    choices, gold = list(rec["choices"]), LETTERS.index(rec["answer"])
+    out = []
+    for pos, letter in enumerate(LETTERS):
+        shift = (gold - pos) % 4
+        rotated = choices[shift:] + choices[:shift]
+        text = choices[gold]
+        prediction = str(rec.get("prediction", "{text}")).replace("{letter}", letter).replace("{text}", text)
+        out.append(
+            {
+                "id": f"{rec['id']}@{letter}",
+                "input": rec["question"],
+                **dict(zip(LETTERS, rotated)),
+                "target": letter,
+                "prediction": prediction,
+                "gold_letter": letter,
+                "item": str(rec["id"]),
+                "choices": rotated,
+            }
+        )
+    return out
+
+
+def _check_grader(rec: Mapping[str, Any], where: str) -> None:
+    ch = rec.get("choices")
+    if not isinstance(ch, list) or len(ch) != 4 or not all(isinstance(c, str) and c for c in ch):
+        raise UserError(f"{where}: 'choices' must be a list of 4 non-empty strings")
+    if rec.get("answer") not in LETTERS:
+        raise UserError(f"{where}: 'answer' must be one of A, B, C, D")
+    if not isinstance(rec.get("question"), str) or not rec["question"]:
+        raise UserError(f"{where}: 'question' must be a non-empty string")
+
+
+def _num(key: str) -> Callable[[Mapping[str, Any]], float | None]:
+    def get(rec: Mapping[str, Any]) -> float | None:
+        v = rec.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    return get
+
+
+SCORERS: dict[str, ScorerPreset] = {
+    p.name: p
+    for p in (
+        ScorerPreset(
+            name="geval",
+            title="G-Eval coherence (1-5)",
+            source=Source(
+                paper="Liu et al. 2023, G-Eval: NLG Evaluation using GPT-4 with Better Human Alignment (EMNLP)",
+                url="https://arxiv.org/abs/2303.16634",
+                repo="nlpyang/geval",
+                files=("prompts/summeval/coh_detailed.txt", "gpt4_eval.py"),
+                revision="8f54105061e00377fbb909153892d5bfb5b3623a",
+            ),
+            rendering="completion",
+            template="geval_coherence.txt",
+            placeholders=(("{{Document}}", "document"), ("{{Summary}}", "summary")),
+            options=("1", "2", "3", "4", "5"),
+            label_format="bare",
+            parser="first_token",
+            parser_note="probability-weighted grade over the first tokens of 1-5 after '- Coherence:'",
+            repair=Repair("separator", " ", ("1", "2", "3", "4", "5"), "a space supplied after '- Coherence:', bare grades"),
+            fixture="geval_items.jsonl",
+            score_scale=1.0,
+            target=_num("coherence"),
+        ),
+        ScorerPreset(
+            name="relevance",
+            title="Fine-grained relevance labels (Zhuang et al.)",
+            source=Source(
+                paper="Zhuang et al. 2024, Beyond Yes and No: Improving Zero-Shot LLM Rankers via Scoring Fine-Grained Relevance Labels (NAACL)",
+                url="https://arxiv.org/abs/2310.14122",
+            ),
+            rendering="completion",
+            template="relevance_labels.txt",
+            placeholders=(("{query}", "query"), ("{document}", "document")),
+            options=("Highly Relevant", "Somewhat Relevant", "Not Relevant"),
+            label_format="bare",
+            parser="full_sequence",
+            parser_note="full-sequence log-likelihood of each label after 'Output:', renormalised over the three",
+            repair=Repair("labels", "", (" Highly Relevant", " Somewhat Relevant", " Not Relevant"), "labels written with their leading space"),
+            fixture="relevance_items.jsonl",
+            target=_num("relevance"),
+        ),
+        ScorerPreset(
+            name="alpacaeval",
+            title="AlpacaEval 2.0 log-prob annotator (m / M)",
+            source=Source(
+                paper="Dubois et al. 2024, Length-Controlled AlpacaEval: A Simple Way to Debias Automatic Evaluators",
+                url="https://arxiv.org/abs/2404.04475",
+                repo="tatsu-lab/alpaca_eval",
+                files=(
+                    "src/alpaca_eval/evaluators_configs/alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt",
+                    "src/alpaca_eval/evaluators_configs/weighted_alpaca_eval_gpt4_turbo/configs.yaml",
+                    "src/alpaca_eval/completion_parsers.py",
+                ),
+                revision="8fd5c59e85ca3fa3d0ec39a9c9aa87c49ebb8924",
+            ),
+            rendering="chatml",
+            template="alpacaeval_clf.txt",
+            placeholders=(("{instruction}", "instruction"), ("{output_1}", "output_1"), ("{output_2}", "output_2")),
+            options=("m", "M"),
+            label_format="bare",
+            parser="first_token",
+            parser_note="logprob_parser: p('m') / (p('m') + p('M')) at the first generated token (max_tokens 1)",
+            repair=Repair("separator", "\n", ("m", "M"), "a newline supplied where the rendered ending has no whitespace"),
+            fixture="alpaca_items.jsonl",
+            target=lambda rec: None if rec.get("preference") not in (1, 2) else float(rec["preference"] == 1),
+        ),
+        ScorerPreset(
+            name="kadavath",
+            title="Kadavath et al. P(True)",
+            source=Source(
+                paper="Kadavath et al. 2022, Language Models (Mostly) Know What They Know (section 3)",
+                url="https://arxiv.org/abs/2207.05221",
+            ),
+            rendering="completion",
+            template="kadavath_ptrue.txt",
+            placeholders=(("{question}", "question"), ("{answer}", "answer")),
+            options=(" (A)", " (B)"),
+            label_format="space-prefixed",
+            parser="first_token",
+            parser_note="P(True): probability of ' (A)' against ' (B)' after 'The proposed answer is:'",
+            repair=Repair("stem", " (", ("A", "B"), "answer stem ' (' supplied, then the bare letters"),
+            fixture="qa_pairs.jsonl",
+            letters=("A", "B"),
+            target=_num("label"),
+        ),
+        ScorerPreset(
+            name="opencompass",
+            title="OpenCompass LLM-judge grader (first A or B)",
+            source=Source(
+                paper="OpenCompass Contributors 2023, OpenCompass: A Universal Evaluation Platform for Foundation Models",
+                url="https://github.com/open-compass/opencompass",
+                repo="open-compass/opencompass",
+                files=("opencompass/configs/datasets/mmlu/mmlu_llmjudge_gen_f4336b.py", "opencompass/datasets/generic.py"),
+                revision="e12c89ad1790f0c84630b7982be9625a0411ac42",
+            ),
+            rendering="chat",
+            template="opencompass_grader.txt",
+            placeholders=(
+                ("{input}", "input"), ("{A}", "A"), ("{B}", "B"), ("{C}", "C"), ("{D}", "D"),
+                ("{target}", "target"), ("{prediction}", "prediction"),
+            ),
+            options=("A", "B"),
+            label_format="bare",
+            parser="text",
+            parser_note="_generic_llmjudge_postprocess: the first 'A' or 'B' anywhere in the greedy reply (re.search)",
+            repair=Repair("stem", "Grade:", (" A", " B"), "answer stem 'Grade:' in the assistant turn, then ' A' / ' B'"),
+            fixture="grader_items.jsonl",
+            system="You are a helpful assistant who grades the answers of other models.",
+            letters=LETTERS,
+            text_parser="first_uppercase_ab",
+            target=lambda rec: 1.0,  # every constructed prediction is the gold choice: the verdict should be A
+            expand=grader_rotations,
+        ),
+        ScorerPreset(
+            name="lmpolygraph",
+            title="lm-polygraph P(True) (instruct mode)",
+            source=Source(
+                paper="Fadeeva et al. 2023, LM-Polygraph: Uncertainty Estimation for Language Models (EMNLP demo)",
+                url="https://arxiv.org/abs/2311.07383",
+                repo="IINemo/lm-polygraph",
+                files=("src/lm_polygraph/stat_calculators/prompt.py", "src/lm_polygraph/utils/model.py"),
+                revision="v0.7.0 (6d3a5740b602ac4b4f956fa044f83705c6c3d367)",
+            ),
+            rendering="chat",
+            template="lmpolygraph_ptrue.txt",
+            placeholders=(("{q}", "question"), ("{a}", "answer")),
+            options=("True", "False"),
+            label_format="bare",
+            parser="first_token",
+            parser_note="log p('True') at the first generated token, 'True' encoded alone (see sleight.readout.ptrue.readouts)",
+            repair=Repair("stem", "The possible answer is (", ("A", "B"), "answer stem 'The possible answer is (' (the Moved readout)"),
+            fixture="qa_pairs.jsonl",
+            letters=("A", "B"),
+            target=_num("label"),
+        ),
+    )
+}
+
+
+# -- templates and records -------------------------------------------------------------------------
+def _data(name: str) -> str:
+    return resources.files("sleight").joinpath("data").joinpath("scorers").joinpath(name).read_text(encoding="utf-8")
+
+
+def get_scorer(name: str) -> ScorerPreset:
+    if name not in SCORERS:
+        raise UserError(f"unknown scorer preset '{name}' (choose from {', '.join(SCORERS)})")
+    return SCORERS[name]
+
+
+def parse_presets(text: str | None) -> tuple[str, ...]:
+    """``--presets``: comma-separated names, or ``all`` (the default)."""
+    if not text or text.strip() == "all":
+        return tuple(SCORERS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        get_scorer(n)
+    return tuple(dict.fromkeys(names))
+
+
+def template_text(preset: ScorerPreset, path: str | Path | None = None) -> str:
+    """The shipped template, or the user's copy of the published one (read as is, no stripping),
+    checked to hold every placeholder the preset fills."""
+    if path is None:
+        return _data(preset.template)
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"template file not found: {p}")
+    text = p.read_text(encoding="utf-8")
+    missing = [ph for ph, _ in preset.placeholders if ph not in text]
+    if missing:
+        raise UserError(f"{p.name}: the {preset.name} template needs the placeholder(s) {', '.join(missing)}")
+    return text
+
+
+def scorer_records(preset: ScorerPreset, path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Records for a preset: the shipped fixture or a user JSONL; each checked for the fields its
+    template needs (errors name the file and line), then expanded (OpenCompass: four rotations)."""
+    if path is None:
+        pairs = [(json.loads(line), f"{preset.fixture} line {n}") for n, line in enumerate(_data(preset.fixture).splitlines(), 1) if line.strip()]
+    else:
+        pairs = load_jsonl_records(path)
+    out: list[dict[str, Any]] = []
+    for rec, where in pairs:
+        if "id" not in rec or rec["id"] in (None, ""):
+            raise UserError(f"{where}: missing 'id'")
+        if preset.expand is not None:
+            _check_grader(rec, where)
+            out += preset.expand(rec)
+            continue
+        missing = [f for f in preset.fields if not isinstance(rec.get(f), str)]
+        if missing:
+            raise UserError(f"{where}: the {preset.name} preset needs string field(s) {', '.join(missing)}")
+        out.append(dict(rec))
+    ids = [str(r["id"]) for r in out]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise UserError(f"{preset.name} records: duplicate id(s) {', '.join(dup[:3])}")
+    return out
+
+
+def fill(template: str, placeholders: Sequence[tuple[str, str]], record: Mapping[str, Any]) -> str:
+    """Each placeholder replaced by its field's text (plain replacement, as the published code does)."""
+    text = template
+    for ph, fld in placeholders:
+        text = text.replace(ph, str(record[fld]))
+    return text
+
+
+_CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", re.DOTALL)
+
+
+def chatml_messages(text: str) -> tuple[dict[str, str], ...]:
+    """Turns of a ChatML-written template, as AlpacaEval splits them (content stripped)."""
+    turns = tuple({"role": role, "content": content.strip()} for role, content in _CHATML.findall(text))
+    if not turns:
+        raise UserError("the template has no <|im_start|>role ... <|im_end|> turns")
+    return turns
+
+
+def messages_for(preset: ScorerPreset, filled: str) -> tuple[dict[str, str], ...]:
+    if preset.rendering == "chatml":
+        return chatml_messages(filled)
+    if preset.rendering == "chat" and preset.system:
+        return ({"role": "system", "content": preset.system}, {"role": "user", "content": filled})
+    return ({"role": "user", "content": filled},)
+
+
+def scorer_items(
+    name: str,
+    records: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    template: str | Path | None = None,
+    limit: int | None = None,
+) -> list[AuditItem]:
+    """Audit items of a preset: each record's filled template at the preset's scored position.
+
+    ``limit`` counts source records (an OpenCompass item with its four rotations counts once).
+    The answer stem of a ``stem`` repair with the declared options is the item's stem, so the audit's
+    ``stem`` variant is the repaired position; other repairs are read by the scan.
+    """
+    preset = get_scorer(name)
+    text = template_text(preset, template)
+    recs = list(records) if records is not None else scorer_records(preset)
+    if limit is not None:
+        keep = list(dict.fromkeys(str(r.get("item", r["id"])) for r in recs))[:limit]
+        recs = [r for r in recs if str(r.get("item", r["id"])) in keep]
+    if not recs:
+        raise UserError(f"preset '{name}': no records")
+    stem = preset.repair.text if preset.repair.kind == "stem" and preset.repair.options == preset.options else None
+    items = []
+    for rec in recs:
+        filled = fill(text, preset.placeholders, rec)
+        choices = rec.get("choices")
+        items.append(
+            AuditItem(
+                id=str(rec["id"]),
+                messages=messages_for(preset, filled),
+                options=preset.options,
+                choices=tuple(choices) if isinstance(choices, list) else None,
+                question=rec.get("input") if preset.expand is not None else None,
+                letters=preset.letters,
+                target=preset.target(rec),
+                stem=stem,
+                score_scale=preset.score_scale,
+                chat_template=preset.rendering != "completion",
+                meta={k: v for k, v in rec.items() if k not in preset.fields and k not in ("id", "choices")},
+            )
+        )
+    return items

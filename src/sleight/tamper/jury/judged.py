@@ -1,0 +1,79 @@
+"""A run's trials as the jury and the report see them: named model, trigger, entity flag, judged set.
+
+The engine's ``trials.parquet`` is read through :func:`sleight.tamper.store.load_trials`; the few
+fields the jury and the tables need are filled in from the manifest where the table lacks them, so
+older or foreign runs still tabulate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sleight.errors import UserError
+
+ENTITY = "Mandela effect"  # the entity condition, first line of the shipped substitutes
+
+
+def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest (:func:`sleight.tamper.store.load_manifest`)."""
+    from sleight.tamper.store import load_manifest as _load
+
+    return _load(run_dir)
+
+
+def model_name(manifest: dict[str, Any], run_dir: Path) -> str:
+    """The model a run used, as the leaderboard names it."""
+    m = manifest.get("model")
+    if isinstance(m, dict):
+        for key in ("spec", "model_id", "name"):
+            if m.get(key):
+                return str(m[key])
+    if isinstance(m, str) and m:
+        return m
+    return Path(run_dir).resolve().name
+
+
+def trigger_word(manifest: dict[str, Any]) -> str:
+    cfg = manifest["config"] if isinstance(manifest.get("config"), dict) else manifest
+    return str(cfg.get("trigger") or "the")
+
+
+def normalize_trials(trials: pd.DataFrame, manifest: dict[str, Any], run_dir: Path) -> pd.DataFrame:
+    """Add ``model``, ``trigger`` and ``is_entity`` where the stored table lacks them."""
+    df = trials.copy()
+    if "model" not in df.columns or df["model"].isna().all():
+        df["model"] = model_name(manifest, run_dir)
+    if "trigger" not in df.columns:
+        df["trigger"] = trigger_word(manifest)
+    if "is_entity" not in df.columns:
+        if "substitute_index" in df.columns:
+            df["is_entity"] = df["substitute_index"] == 0
+        else:
+            df["is_entity"] = df["substitute"].str.strip().str.lower() == ENTITY.lower()
+    if "substitute_index" not in df.columns:
+        df["substitute_index"] = pd.NA
+    df["is_entity"] = df["is_entity"].astype(bool)
+    return df
+
+
+def load_run_trials(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The run's trials (normalized) and its manifest; a clear error when the run has no trials."""
+    from sleight.tamper.store import load_trials
+
+    run_dir = Path(run_dir)
+    manifest = load_manifest(run_dir)
+    trials = load_trials(run_dir)
+    if trials is None or len(trials) == 0:
+        raise UserError(f"run {run_dir} has no trials yet; finish it with 'sleight tamper run --out {run_dir}'")
+    return normalize_trials(trials, manifest, run_dir), manifest
+
+
+def judged_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials a jury labels: at least one swap (untouched trials equal the clean run)."""
+    mask = trials["n_swaps"].fillna(0).astype(int) >= 1
+    if "untouched" in trials.columns:
+        mask &= ~trials["untouched"].fillna(False).astype(bool)
+    return trials[mask].reset_index(drop=True)

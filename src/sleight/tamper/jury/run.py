@@ -1,0 +1,245 @@
+"""``sleight tamper judge``: ask every juror about every judged trial, keep votes, derive verdicts.
+
+Resumable: votes already stored for (trial, juror, prompt variant) are skipped, so a killed judge
+run picks up where it stopped; a vote lost to a transport error is recorded as an abstention and
+asked again on the next run (its old row is then compacted away). An unparsable reply is retried
+once, then recorded as an abstention. A local juror votes by label slots unless told otherwise
+(:mod:`sleight.jury.slots`), a server juror by JSON schema with the text path as its fallback.
+Several runs are judged in one pass per juror, so a server juror keeps its requests in flight
+across runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sleight.backends.chat import ChatModel, load_chat
+from sleight.errors import UserError
+from sleight.jury.cast import Cast
+from sleight.jury.jurors import make_juror, resolve_mode
+from sleight.jury.runner import JurorStats, run_juror
+from sleight.jury.runner import no_vote_line as _no_vote_line
+from sleight.tamper.jury import store as jury_store
+from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.prompt import BALLOT, LABELS, PROMPT_VARIANTS, Case, accepted_answers, judge_messages, parse_jury
+
+Loader = Callable[[str], ChatModel]
+
+
+JurorSummary = JurorStats  # the per-juror counts of one judge call
+
+
+@dataclass
+class JudgeSummary:
+    run_dirs: list[Path]
+    prompt_variant: str
+    n_judged_trials: int
+    jurors: list[JurorSummary] = field(default_factory=list)
+    verdicts_paths: list[Path] = field(default_factory=list)
+    compacted: int = 0  # superseded vote rows dropped
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run_dirs[0]
+
+    @property
+    def verdicts_path(self) -> Path | None:
+        return self.verdicts_paths[0] if self.verdicts_paths else None
+
+    @property
+    def asked(self) -> int:
+        return sum(j.asked for j in self.jurors)
+
+    @property
+    def cast(self) -> int:
+        return sum(j.cast for j in self.jurors)
+
+
+@lru_cache(maxsize=1)
+def _shipped_questions() -> dict[str, str]:
+    text = resources.files("sleight").joinpath("data/sleight_questions.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return {r["id"]: r["question"].strip().lower() for r in rows}
+
+
+def answers_for(question_id: str, question: str) -> tuple[str, ...]:
+    """Accepted answers only for the shipped question with that id and text (a user's own q001 gets none)."""
+    if _shipped_questions().get(question_id) != str(question).strip().lower():
+        return ()
+    return accepted_answers().get(question_id, ())
+
+
+def case_of(trial: dict[str, Any]) -> Case:
+    return Case(
+        question=str(trial["question"]),
+        trigger=str(trial["trigger"]),
+        substitute=str(trial["substitute"]),
+        reply=str(trial["reply"]),
+        answers=answers_for(str(trial["question_id"]), str(trial["question"])),
+    )
+
+
+def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast) -> dict[str, Any]:
+    """One stored vote (a row of ``judgements.parquet``) from a cast vote; pure apart from the clock."""
+    row: dict[str, Any] = {
+        "model": trial["model"],
+        "question_id": trial["question_id"],
+        "substitute": trial["substitute"],
+        "juror": juror,
+        "prompt_variant": variant,
+        "reason": cast.reason,
+        "abstained": cast.abstained,
+        "attempts": cast.attempts,
+        "raw_reply": cast.raw_reply,
+        "first_reply": cast.first_reply,
+        "error": cast.error,
+        "latency_s": float(cast.latency_s),
+        "judged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "vote_path": cast.path,
+        "finish_reason": cast.finish_reason,
+        "reasoning": cast.reasoning,
+    }
+    for label in LABELS:
+        row[label] = None if cast.values is None else bool(cast.values[label])
+        soft = cast.soft.get(label)
+        row[f"{label}_p_true"] = None if soft is None else float(soft[0])
+        row[f"{label}_mass"] = cast.mass.get(label)
+    return row
+
+
+@dataclass
+class _Run:
+    """One run being judged: its directory, judged trials, and rows not yet committed."""
+
+    path: Path
+    trials: Any
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+
+def judge_runs(
+    run_dirs: Sequence[Path],
+    jury: Sequence[str] | str,
+    *,
+    variant: str = "default",
+    vote: str = "auto",
+    max_tokens: int = 200,
+    batch: int = 16,
+    limit: int | None = None,
+    loader: Loader | None = None,
+    progress: bool = True,
+) -> JudgeSummary:
+    """Judge every trial with ≥1 swap in each run by every juror, then write each run's verdicts.
+
+    ``vote``: ``auto`` (label slots on local jurors, the JSON-schema path on servers), ``slots``,
+    ``schema`` or ``text``. ``loader(spec)`` builds a juror (default:
+    :func:`sleight.backends.chat.load_chat`, which fails fast when an endpoint is down or refuses the
+    key); jurors with nothing left to judge are not loaded at all. ``batch`` is how many votes are
+    committed at a time (and a local juror's batch); a server juror keeps up to its concurrency in
+    flight whatever the batch. ``limit`` asks each juror about at most that many pending trials in
+    this call, over all runs (the rest stay pending and count as missing votes until judged).
+    """
+    jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
+    if variant not in PROMPT_VARIANTS:
+        raise UserError(f"unknown judge prompt '{variant}' (choose from {', '.join(PROMPT_VARIANTS)})")
+    for spec in jurors:  # a wrong --vote is refused before any model loads
+        resolve_mode(vote, local=not spec.startswith("openai:"))
+    runs = []
+    for d in run_dirs:
+        trials, _ = load_run_trials(Path(d))
+        runs.append(_Run(Path(d), judged_trials(trials)))
+    load = loader or (lambda spec: load_chat(spec))
+    summary = JudgeSummary([r.path for r in runs], variant, sum(len(r.trials) for r in runs))
+    for juror in jurors:
+        js = JurorSummary(juror)
+        summary.jurors.append(js)
+        todo: list[tuple[_Run, dict[str, Any]]] = []
+        for run in runs:
+            done = jury_store.stored_keys(jury_store.load_judgements(run.path, repair=True), juror, variant)
+            mine = [t for t in run.trials.to_dict("records") if (t["question_id"], t["substitute"]) not in done]
+            js.skipped += len(run.trials) - len(mine)
+            todo += [(run, t) for t in mine]
+        if limit is not None:
+            todo = todo[: max(limit, 0)]
+        if not todo:
+            continue
+        judge = make_juror(load(juror), vote, batch=batch)
+        js.vote = judge.mode
+        _ask(judge, js, todo, variant, max_tokens=max_tokens, batch=batch, progress=progress)
+    meta = {
+        "jury": jurors,
+        "jury_size": len(jurors),
+        "prompt_variant": variant,
+        "vote": vote,
+        "max_tokens": max_tokens,
+        "answers_sha256": _answers_hash(),
+        "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    for run in runs:
+        summary.compacted += jury_store.compact_judgements(run.path)
+        verdicts = jury_store.compute_verdicts(run.trials, jury_store.load_judgements(run.path), jurors, variant)
+        summary.verdicts_paths.append(jury_store.write_verdicts(run.path, verdicts, meta))
+    return summary
+
+
+def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], variant: str, *, max_tokens: int, batch: int, progress: bool) -> None:
+    """Cast one juror's votes on ``todo`` and commit them ``batch`` at a time, per run."""
+    convs = [judge_messages(case_of(t), variant) for _, t in todo]
+    runs = {id(run): run for run, _ in todo}
+
+    def collect(i: int, cast: Cast) -> int:
+        run, trial = todo[i]
+        run.pending.append(vote_row(trial, js.juror, variant, cast))
+        return id(run)
+
+    def commit(key: Any) -> int:
+        run = runs[key]
+        n = len(run.pending)
+        _commit(run)
+        return n
+
+    run_juror(judge, js, convs, BALLOT, collect, commit, max_tokens=max_tokens, batch=batch, progress=progress)
+
+
+def _commit(run: _Run) -> None:
+    if run.pending:
+        jury_store.append_judgements(run.path, run.pending)
+        run.pending = []
+
+
+def judge_run(run_dir: Path, jury: Sequence[str] | str, **kwargs: Any) -> JudgeSummary:
+    """:func:`judge_runs` on one run directory."""
+    return judge_runs([Path(run_dir)], jury, **kwargs)
+
+
+def _answers_hash() -> str:
+    data = resources.files("sleight").joinpath("data/sleight_answers.json").read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+
+def summary_lines(summary: JudgeSummary) -> list[str]:
+    """What ``tamper judge`` prints: per juror what was asked, cast, abstained, how fast, and for
+    slot votes the median slot mass and the slots below the floor."""
+    lines = [f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) (prompt '{summary.prompt_variant}')"]
+    for j in summary.jurors:
+        lines += j.lines()
+    if len(summary.jurors) == 1:
+        lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
+    if summary.compacted:
+        lines.append(f"  {summary.compacted} superseded vote row(s) compacted away")
+    lines.append(f"valid votes cast: {summary.cast} of {summary.asked} asked")
+    lines += [f"verdicts: {p}" for p in summary.verdicts_paths]
+    return lines
+
+
+def no_vote_line(summary: JudgeSummary) -> str:
+    """The one line ``tamper judge`` fails with when the jury cast no valid vote at all."""
+    return _no_vote_line(summary.jurors)

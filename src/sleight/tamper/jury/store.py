@@ -1,0 +1,152 @@
+"""Keyed, append-safe storage of judges' votes and the jury's verdicts in a run directory.
+
+Votes live in ``judgements.parquet/``, a folder of Parquet parts (:mod:`sleight.jury.store`): each
+batch of votes is committed atomically, so a killed judge loses at most the batch in flight and a
+reader (pandas, pyarrow, DuckDB ``read_parquet('judgements.parquet/*.parquet')``) never sees half a
+part. After each ``judge`` the folder is compacted to one row per (trial, juror, prompt variant):
+a vote asked again after a transport error replaces the old row. ``verdicts.parquet`` is derived
+from the votes and rewritten atomically. Trial records (``trials.parquet``) are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from sleight.jury import store
+from sleight.tamper.jury.prompt import LABELS, majority
+
+JUDGEMENTS = "judgements.parquet"
+VERDICTS = "verdicts.parquet"
+JURY_META = "jury.json"
+
+TRIAL_KEY: tuple[str, ...] = ("question_id", "substitute")
+VOTE_KEY: tuple[str, ...] = (*TRIAL_KEY, "juror", "prompt_variant")
+
+JUDGEMENT_SCHEMA = pa.schema(
+    [
+        ("model", pa.string()),
+        ("question_id", pa.string()),
+        ("substitute", pa.string()),
+        ("juror", pa.string()),
+        ("prompt_variant", pa.string()),
+        *[(label, pa.bool_()) for label in LABELS],  # null when the juror abstained
+        ("reason", pa.string()),
+        ("abstained", pa.bool_()),
+        ("attempts", pa.int8()),  # 1, or 2 after the one retry of an unparsable reply
+        ("raw_reply", pa.string()),  # the reply the labels were read from (the last attempt)
+        ("first_reply", pa.string()),  # the unparsable first reply when retried, else null
+        ("error", pa.string()),  # transport error after the client's retries, else null
+        ("latency_s", pa.float64()),  # summed over attempts
+        ("judged_at", pa.string()),
+        # how the vote was cast: slots | schema:json_schema | schema:json_object | text | text (schema refused)
+        ("vote_path", pa.string()),
+        ("finish_reason", pa.string()),  # as served (text and schema paths)
+        ("reasoning", pa.string()),  # the server's reasoning_content, when it sent one
+        *[(f"{label}_p_true", pa.float64()) for label in LABELS],  # soft vote: slots, or a server's logprobs
+        *[(f"{label}_mass", pa.float64()) for label in LABELS],  # the two options' mass at the slot
+    ]
+)
+
+
+def append_judgements(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path | None:
+    """Commit one batch of votes as a new part; returns its path (``None`` for an empty batch)."""
+    return store.append(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, rows)
+
+
+def load_judgements(run_dir: Path, *, repair: bool = False) -> pd.DataFrame:
+    """Every stored vote, one row per (trial, juror, prompt variant); a re-asked vote replaces the older.
+
+    A damaged part is a one-line error, or with ``repair`` (the judge) is moved aside and re-asked.
+    """
+    hint = f"run 'sleight tamper judge --run {run_dir} ...' again to set it aside and re-ask its votes"
+    return store.load(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY, repair=repair, hint=hint)
+
+
+def compact_judgements(run_dir: Path) -> int:
+    """Drop superseded vote rows from the folder; returns how many were dropped."""
+    return store.compact(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, VOTE_KEY)
+
+
+def stored_keys(judgements: pd.DataFrame, juror: str, variant: str) -> set[tuple[str, str]]:
+    """Trials this juror already judged with this prompt; votes lost to a transport error are not
+    counted, so a rerun asks for them again."""
+    done = judgements[(judgements["juror"] == juror) & (judgements["prompt_variant"] == variant) & judgements["error"].isna()]
+    return set(zip(done["question_id"], done["substitute"]))
+
+
+def compute_verdicts(trials: pd.DataFrame, judgements: pd.DataFrame, jury: Sequence[str], variant: str) -> pd.DataFrame:
+    """The jury's majority per label for every judged trial (pure).
+
+    ``trials`` are the judged trials (≥1 swap). A juror with no stored vote for a trial counts as
+    abstaining. ``ignored`` is true when every label has a false majority (null while a label
+    without majority could still be true); ``undecided`` when some label has no majority.
+    """
+    votes = judgements[(judgements["prompt_variant"] == variant) & judgements["juror"].isin(list(jury))]
+    by_trial: dict[tuple[str, str], list[Mapping[Any, Any]]] = {}
+    for rec in votes.to_dict("records"):
+        by_trial.setdefault((rec["question_id"], rec["substitute"]), []).append(rec)
+    out = []
+    for t in trials.to_dict("records"):
+        recs = by_trial.get((t["question_id"], t["substitute"]), [])
+        cast = [r for r in recs if not r["abstained"]]
+        row: dict[str, Any] = {k: t.get(k) for k in ("model", "question_id", "substitute", "substitute_index", "is_entity", "n_swaps")}
+        row.update(prompt_variant=variant, jury=",".join(jury), jury_size=len(jury))
+        for label in LABELS:
+            vals = [bool(r[label]) for r in cast]
+            row[label] = majority(vals, len(jury))
+            row[f"{label}_yes"] = sum(vals)
+            row[f"{label}_no"] = len(vals) - sum(vals)
+        row["ignored"] = _ignored([row[label] for label in LABELS])
+        row["undecided"] = any(row[label] is None for label in LABELS)
+        row["n_votes"] = len(cast)
+        row["n_abstained"] = len(jury) - len(cast)
+        out.append(row)
+    df = pd.DataFrame(out, columns=_VERDICT_COLUMNS)
+    for label in (*LABELS, "ignored"):
+        df[label] = df[label].astype("boolean")
+    return df
+
+
+def _ignored(verdicts: Sequence[bool | None]) -> bool | None:
+    """``ignored`` = no label true: known once every label has a majority or one label is true."""
+    if any(v is True for v in verdicts):
+        return False
+    return None if any(v is None for v in verdicts) else True
+
+
+_VERDICT_COLUMNS = [
+    "model", "question_id", "substitute", "substitute_index", "is_entity", "n_swaps",
+    "prompt_variant", "jury", "jury_size",
+    *LABELS, *[f"{label}_{side}" for label in LABELS for side in ("yes", "no")],
+    "ignored", "undecided", "n_votes", "n_abstained",
+]  # fmt: skip
+
+
+def write_verdicts(run_dir: Path, verdicts: pd.DataFrame, meta: Mapping[str, Any]) -> Path:
+    """Replace ``verdicts.parquet`` (derived data) and record which jury and prompt produced it."""
+    path = Path(run_dir) / VERDICTS
+    store.write_atomic(pa.Table.from_pandas(verdicts, preserve_index=False), path)
+    store.write_text_atomic(json.dumps(dict(meta), indent=2), Path(run_dir) / JURY_META)
+    return path
+
+
+def load_verdicts(run_dir: Path) -> pd.DataFrame | None:
+    """The stored verdicts, or ``None`` when the run has not been judged."""
+    path = Path(run_dir) / VERDICTS
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def load_jury_meta(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / JURY_META
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), max(size, 1)):
+        yield items[i : i + size]
