@@ -57,7 +57,7 @@ from sleight.stats.downstream import (
     paired_difference,
 )
 
-DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "race_items.jsonl"  # 28 shipped items
+DEFAULT_ITEMS = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "race_items.jsonl"  # 28 shipped items
 NOTE_WORDS = 32
 NOTE_MAX_NEW_TOKENS = 64  # 32 English words are ~40-45 tokens of this tokenizer; the rest is cut
 NOTE_PROMPT = (

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from sleight.backends import LanguageModel
 
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
-DEFAULT_ITEMS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "qa_items.jsonl"  # 36 shipped questions
+DEFAULT_ITEMS = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "qa_items.jsonl"  # 36 shipped questions
 LETTERED_INSTRUCTION = "Answer with the letter of the correct option (A, B, C or D)."
 
 
