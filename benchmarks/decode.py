@@ -10,7 +10,9 @@ Measured, each after a warm-up, all on the same prompts:
    question's clean prefix), unhooked; and hooked: the tamper batch itself (each row forced its own
    substitute, the swap hook live), at the same batch sizes.
 3. A minimal hand-written KV-cache loop (the prefix once, its cache forked, argmax only, rows
-   dropped at end-of-sequence): the ceiling for the unhooked rows above.
+   dropped at end-of-sequence): the ceiling for the unhooked rows above. For the hooked tamper
+   batch the ceiling is the same loop replaying that batch's final tokens row by row (rows leave
+   when their reply ends, as in the engine): the same work without records, hooks or edits.
 4. Two-phase decoding against lockstep on the same tamper trials: time, identical trials, record
    differences.
 5. 1 vs N torch threads for the 101-row rates (``--threads-list``).
@@ -84,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             return sum(fed)
         return go
 
+    def replay(b):
+        """The tamper batch's final replies (after the prefix), to feed the minimal loop."""
+        trials = engine.batched_trials(model, clean, subs[:b], cfg)
+        return [(t.reply.token_ids[len(prefix):], t.reply.finish_reason) for t in trials]
+
     def tamper_batch(b, hooked):
         firsts = [engine.plan_substitution(prefix, clean.triggers[0], s, cfg.trigger, model, cfg.max_new_tokens) for s in subs[:b]]
         hook = engine.SwapHook(model, prefix, subs[:b], cfg, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts]) if hooked else None
@@ -107,19 +114,24 @@ def main(argv: list[str] | None = None) -> int:
             n, s = timed(counted(tamper_batch(b, True)))
             report(f"engine greedy, hooked tamper batch, batch {b}", n, s)
             hooked[b] = n / s
+            rows_b = replay(b)
+            n, s = timed(counted(lambda tick, r=rows_b: replay_loop(model, prompt, r, tick)))
+            report(f"minimal loop replaying its tokens, batch {b}", n, s)
 
     big = max(b for b in batches if b <= len(subs))
-    per_thread: dict[int, tuple[float, float, float]] = {}
+    per_thread: dict[int, tuple[float, float, float, float]] = {}
+    rows_big = replay(big)
     for t in threads_list:
         torch.set_num_threads(t)
         n1, s1 = timed(counted(lambda tick: model.greedy([prompt] * big, room, top_k=cfg.top_k, progress=tick)))
         n2, s2 = timed(counted(lambda tick: minimal_loop(model, prompt, big, room, tick)))
         n3, s3 = timed(counted(tamper_batch(big, True)))
-        per_thread[t] = (n1 / s1, n2 / s2, n3 / s3)
+        n4, s4 = timed(counted(lambda tick: replay_loop(model, prompt, rows_big, tick)))
+        per_thread[t] = (n1 / s1, n2 / s2, n3 / s3, n4 / s4)
     torch.set_num_threads(threads0)
-    print(f"\n{big}-row rates by torch threads (tok/s):  unhooked  minimal  hooked   unhooked/minimal  hooked/minimal")
-    for t, (u, m, h) in per_thread.items():
-        print(f"  threads {t:<3} {u:>30.1f} {m:>8.1f} {h:>8.1f} {u / m:>17.3f} {h / m:>15.3f}")
+    print(f"\n{big}-row rates by torch threads (tok/s): unhooked  minimal  hooked  replay   unhooked/minimal  hooked/replay")
+    for t, (u, m, h, r) in per_thread.items():
+        print(f"  threads {t:<3} {u:>29.1f} {m:>8.1f} {h:>7.1f} {r:>7.1f} {u / m:>18.3f} {h / r:>14.3f}")
 
     hooked_rate = per_thread[threads0][2] if threads0 in per_thread else hooked[big]
     if not args.skip_two_phase:
@@ -142,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         per_trial = sum(len(t.reply.token_ids) - len(prefix) for t in lock) / k
     else:
         per_trial = float(room)
-    for t, (u, m, h) in per_thread.items():
-        print(f"\nengine {big}-row rate as a fraction of the minimal loop's (threads {t}): unhooked {u / m:.3f}, hooked tamper batch {h / m:.3f}")
+    for t, (u, m, h, r) in per_thread.items():
+        print(f"\nengine {big}-row rate as a fraction of the minimal loop's (threads {t}): unhooked {u / m:.3f}, "
+              f"hooked tamper batch {h / r:.3f} (of the loop replaying its tokens)")
     trials = args.full_questions * args.full_trials_per_question
     print(f"projected full sweep ({args.full_questions} x {args.full_trials_per_question} x {args.budget}) at the hooked {big}-row rate "
           f"{hooked_rate:.1f} tok/s: {trials * args.budget / hooked_rate / 3600:.2f} h if every trial decodes {args.budget} tokens; "
@@ -180,6 +193,42 @@ def minimal_loop(model, prompt, batch, steps, tick) -> None:
                 mask, nxt = mask[idx], nxt[idx]
             feed = nxt[:, None]
             mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=torch.long)], 1)
+
+
+def replay_loop(model, prompt, rows, tick) -> None:
+    """The minimal loop fed given replies: per step one forward pass over the live rows, each fed
+    its next reply token (a row whose reply ended by end-of-sequence is fed all its tokens, one that
+    hit the budget all but its last); ``tick`` counts the reply tokens produced."""
+    import torch
+
+    from sleight.backends.hf import _repeat_cache, _select_cache
+
+    hf = model.model
+    feeds = [list(toks) if fin == "stop" else list(toks[:-1]) for toks, fin in rows]
+    with torch.inference_mode():
+        out = hf(input_ids=torch.tensor([prompt[:-1]]), use_cache=True, logits_to_keep=1)
+        cache = _repeat_cache(out.past_key_values, len(rows), copy=False)
+        live = list(range(len(rows)))
+        nxt = [prompt[-1]] * len(rows)
+        mask = torch.ones((len(rows), len(prompt)), dtype=torch.long)
+        step = 0
+        while live:
+            out = hf(input_ids=torch.tensor(nxt)[:, None], attention_mask=mask, position_ids=(mask.sum(-1) - 1)[:, None],
+                     past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            out.logits[:, -1, :].argmax(-1)  # the one read a decoder makes per step
+            tick(sum(1 for r in live if step < len(rows[r][0])))
+            keep = [b for b, r in enumerate(live) if step < len(feeds[r])]
+            if not keep:
+                break
+            if len(keep) < len(live):
+                idx = torch.tensor(keep)
+                cache = _select_cache(cache, idx)
+                mask = mask[idx]
+                live = [live[b] for b in keep]
+            nxt = [feeds[r][step] for r in live]
+            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], 1)
+            step += 1
 
 
 if __name__ == "__main__":

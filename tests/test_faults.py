@@ -106,7 +106,7 @@ TAMPER_RUN = [
 
 TAMPER_OTHER = [
     Fault("judge-run-missing", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "no-such-model"), "{tmp}/none"),
-    Fault("judge-budget-too-small", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "x", "--max-tokens", "8"), "--max-tokens 8 is too small"),
+    Fault("judge-budget-too-small", ("tamper", "judge", "--run", "{tmp}/none", "--jury", "x", "--max-new-tokens", "8"), "--max-new-tokens 8 is too small"),
     Fault("report-runs-missing", ("tamper", "report", "{tmp}/none", "{tmp}/also-none", "--out", "{tmp}/r"), "{tmp}/none", absent=("r",)),
     Fault("report-not-a-run", ("tamper", "report", "{tmp}/e", "--out", "{tmp}/r"), "manifest.json", files={"e/x.txt": ""}),
     Fault("report-out-under-file", ("tamper", "report", "{tmp}/e", "--out", "{tmp}/f/r"), "{tmp}/f is a file", files={"f": "x", "e/x.txt": ""}),

@@ -162,7 +162,7 @@ def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_pa
     """The CLI against llama.cpp's server over the bundled GGUF: every vote is stored, readable
     replies are parsed, unreadable ones are abstentions -- whatever this tiny judge answers."""
     run = copy_run(run_dir, tmp_path / "run")
-    proc = sleight("tamper", "judge", "--run", str(run), "--jury", llama.spec, "--max-tokens", "64", "--limit", "2")
+    proc = sleight("tamper", "judge", "--run", str(run), "--jury", llama.spec, "--max-new-tokens", "64", "--limit", "2")
     assert "jury of one" in proc.stdout
     j = jury_store.load_judgements(run)
     assert len(j) == 2 and set(j["juror"]) == {llama.spec}

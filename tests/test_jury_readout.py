@@ -24,7 +24,7 @@ def audit(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit") / "aud"
     sleight(
         "readout", "audit", "--preset", "forecast", "--limit", "2", "--variants",
-        "original,substituted:summarise,substituted:french,deleted_instruction", "--max-new-tokens", "8", "--out", str(out), "--quiet",
+        "original,substituted:summarise,substituted:french,deleted_instruction", "--max-new-tokens", "8", "--out", str(out), "--no-progress",
     )  # fmt: skip
     return out
 
@@ -117,7 +117,7 @@ def test_a_failed_vote_is_asked_again_and_leaves_one_row(audit, tmp_path):
 
 def test_cli_refuses_an_audit_without_those_variants_in_one_line(tmp_path):
     out = tmp_path / "aud"
-    sleight("readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original", "--max-new-tokens", "2", "--out", str(out), "--quiet")
+    sleight("readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original", "--max-new-tokens", "2", "--out", str(out), "--no-progress")
     proc = sleight("readout", "judge", str(out), "--jury", "openai:http://127.0.0.1:9/v1#x", check=False)
     assert proc.returncode == 2 and "no substituted-instruction or deletion variants" in proc.stderr and "Traceback" not in proc.stderr
 

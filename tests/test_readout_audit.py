@@ -154,7 +154,7 @@ def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
 
 def test_cli_audit_end_to_end(tmp_path, capsys):
     out = tmp_path / "cli"
-    code = main(["readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original,stem", "--max-new-tokens", "4", "--out", str(out), "--quiet"])
+    code = main(["readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original,stem", "--max-new-tokens", "4", "--out", str(out), "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "median option mass: original" in printed and "report_html" in printed

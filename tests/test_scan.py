@@ -83,7 +83,7 @@ def test_opencompass_grader_reads_the_quoted_items_letter_as_a_verdict(model):
 @pytest.fixture(scope="module")
 def scanned(tmp_path_factory):
     out = tmp_path_factory.mktemp("scan")
-    assert main(["readout", "scan", "--limit", "1", "--out", str(out), "--quiet"]) == 0
+    assert main(["readout", "scan", "--limit", "1", "--out", str(out), "--no-progress"]) == 0
     return out
 
 

@@ -38,6 +38,31 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     )
 
 
+def add_output_args(
+    p: argparse.ArgumentParser, default: str | None, *, what: str = "output folder", overwrite: str | None = None
+) -> None:
+    """``--out`` (and ``--overwrite`` where the command writes a run directory), spelled one way.
+
+    Default folders all live under ``runs/``: ``runs/<model>`` for a tamper run, ``runs/tamper-*`` and
+    ``runs/readout-*`` for the other commands."""
+    shown = default or "see above"
+    p.add_argument("--out", default=default, metavar="DIR", help=f"{what} (default: {shown})")
+    if overwrite is not None:
+        p.add_argument("--overwrite", action="store_true", help=overwrite)
+
+
+RESUME = "start --out over when it holds a run (by default a killed run resumes, and a different config is refused)"
+
+
+def add_progress_arg(p: argparse.ArgumentParser) -> None:
+    """One spelling for every long command: bars on a terminal, plain lines in a log, or nothing."""
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def add_limit_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--limit", type=int, default=None, metavar="N", help=f"use only the first N {what} (default: all)")
+
+
 def resolved_dtype(args: argparse.Namespace) -> str:
     """The dtype the flags give: ``--dtype``, else the engine's own default."""
     from sleight.backends import DEFAULT_DTYPES

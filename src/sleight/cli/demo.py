@@ -24,7 +24,7 @@ DEMO_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # from a 135M model is mostly an abstention.
     (
         "The jury (the default model alone: a jury of one, voting by label slots)",
-        ("tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--vote", "slots", "--max-tokens", "64"),
+        ("tamper", "judge", "--run", "{out}/tamper/run", "--jury", DEFAULT_MODEL, "--vote", "slots", "--max-new-tokens", "64"),
     ),
     ("Leaderboard, plots and site", ("tamper", "report", "{out}/tamper/run", "--out", "{out}/tamper/report")),
     (

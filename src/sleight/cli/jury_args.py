@@ -23,8 +23,8 @@ def add_jury_args(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
         "prefilled JSON), schema (a server's JSON-schema response_format, falling back to text), text (free reply, "
         "parsed); auto = slots on local jurors, schema on servers (default: auto)",
     )
-    p.add_argument("--max-tokens", type=int, default=max_tokens, help=f"reply budget per vote on the schema and text paths (default: {max_tokens})")
-    p.add_argument("--batch", type=int, default=16, help="votes committed to disk at a time, and a local juror's batch (default: 16)")
+    p.add_argument("--max-new-tokens", type=int, default=max_tokens, metavar="N", help=f"reply budget per vote on the schema and text paths (default: {max_tokens})")
+    p.add_argument("--batch-size", type=int, default=16, metavar="N", help="votes committed to disk at a time, and a local juror's rows per forward pass (default: 16)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="ask each juror about at most N pending cases now (a quick look; default: all)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server juror (default: 8)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
@@ -43,6 +43,6 @@ def loader_from_args(args: argparse.Namespace) -> Any:
             return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
         from sleight.backends import load_model
 
-        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch, 1)))
+        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch_size, 1)))
 
     return loader

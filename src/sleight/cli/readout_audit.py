@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sleight.cli.common import add_model_args, check_writable, model_from_args
+from sleight.cli.common import add_limit_arg, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
 from sleight.errors import UserError
 
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--preset", choices=["forecast", "ptrue", "grade"], help="build items from data with a study's prompt")
     src.add_argument("--data", help="preset records: a .jsonl/.csv file, or hf:race | hf:mmlu[:subject] | hf:triviaqa (cached; default: shipped fixtures)")
     src.add_argument("--note", default="mixed", choices=["mixed", "constructed", "unrelated", "both"], help="forecast preset: which notes (default: mixed = alternate constructed/unrelated)")
-    src.add_argument("--limit", type=int, help="use only the first N records/items")
+    add_limit_arg(src, "records/items")
     src.add_argument("--lm-eval-chat", action="store_true", help="lm-eval task: reproduce --apply_chat_template (no target_delimiter; the template's trailing newline moves into the options)")
     src.add_argument("--no-instruct", dest="instruct", action="store_false", help="ptrue preset: the raw prompt string, no chat template (lm-polygraph's instruct=False)")
     p.add_argument("--options", help='run-level options: "10,30,50,70,90" or a JSON list (items may carry their own)')
@@ -39,12 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variants", default="all", help="comma-separated variants (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="greedy continuation budget (default: 16)")
     p.add_argument("--floor", type=float, default=0.5, help="option-mass floor (default: 0.5)")
-    p.add_argument("--rows-per-pass", type=int, default=16, help="contexts per forward pass (bounds memory; default: 16)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (1 is often fastest on a busy machine)")
-    p.add_argument("--out", help="output directory (default: runs/readout-<preset or items name>)")
-    p.add_argument("--overwrite", action="store_true", help="replace a different audit already in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_model_args(p)
+    add_output_args(p, None, what="output directory (default: runs/readout-audit-<preset or items name>)", overwrite="replace a different audit already in --out")
+    add_progress_arg(p)
+    add_model_args(p, batch_size=16)  # contexts per forward pass: bounds memory
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("compare", help="compare two audit directories: the variant tables side by side")
@@ -113,7 +110,7 @@ def _items_from_args(args: argparse.Namespace):
         variants=parse_variants(args.variants),
         max_new_tokens=args.max_new_tokens,
         floor=args.floor,
-        rows_per_pass=max(1, args.rows_per_pass),
+        rows_per_pass=max(1, args.batch_size),
     )
     return items, config, name
 
@@ -122,13 +119,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     items, config, name = _items_from_args(args)
     from sleight.readout.audit.run import run_audit
 
-    out = check_writable(args.out or f"runs/readout-{name}", "--out")
+    out = check_writable(args.out or f"runs/readout-audit-{name}", "--out")
     if args.threads:
         import torch
 
         torch.set_num_threads(max(1, args.threads))
     model = model_from_args(args)
-    result = run_audit(model, items, out, config, overwrite=args.overwrite, show_progress=not args.quiet)
+    result = run_audit(model, items, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
     _print_result(result)
     return 0
 

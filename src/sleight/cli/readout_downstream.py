@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sleight.cli.common import add_model_args, check_writable, model_from_args
+from sleight.cli.common import RESUME, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
 from sleight.errors import UserError
 
 
@@ -29,14 +29,13 @@ def _fixture(name: str) -> str:
 
 def _common(p: argparse.ArgumentParser, fixture: str, out: str) -> None:
     p.add_argument("--items", default=None, help=f"JSONL items (default: the shipped fixture {fixture})")
-    p.add_argument("--out", default=out, help=f"output folder (default: {out})")
+    add_output_args(p, out, overwrite=RESUME)
     p.add_argument("--limit", type=int, default=None, help="use only the first N items (quick runs)")
     p.add_argument("--B", type=int, default=20000, help="bootstrap replicates (default: 20000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     p.add_argument("--continuation-tokens", type=int, default=16, help="greedy tokens decoded at each scored position, as in the audit (default: 16)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_arg(p)
     p.add_argument("--rescore", action="store_true", help="no model: re-score the readings already in --out (e.g. with another --B or --seed) and rewrite the reports")
-    p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a killed run resumes, and a different config is refused)")
     p.add_argument("--chunk", type=int, default=8, metavar="N", help="items per committed part: a killed run redoes at most one part (default: 8)")
     add_model_args(p, batch_size=64)
 
@@ -53,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "paired gain with a cluster-bootstrap interval, and the option-mass diagnostics."
         ),
     )
-    _common(p, "race_items.jsonl", "runs/forecast")
+    _common(p, "race_items.jsonl", "runs/readout-forecast")
     p.add_argument("--note-words", type=int, default=32, help="notes are cut to this many words (default: 32)")
     p.add_argument("--note-tokens", type=int, default=64, help="greedy budget for writing a note (default: 64)")
     p.set_defaults(func=cmd_forecast)
@@ -68,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "argmax class at the scored position, and paired differences against Library."
         ),
     )
-    _common(p, "qa_items.jsonl", "runs/ptrue")
+    _common(p, "qa_items.jsonl", "runs/readout-ptrue")
     p.add_argument(
         "--answers",
         default="both",

@@ -34,13 +34,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
     if not args.run.is_dir():
         raise UserError(f"audit directory {args.run} does not exist")
     check_writable(args.run, "AUDIT_DIR")
-    if args.max_tokens < 16:
-        raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON vote (use >= 16)")
+    if args.max_new_tokens < 16:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens} is too small for a JSON vote (use >= 16)")
     from sleight.jury.runner import no_vote_line
     from sleight.readout.audit.judge_run import judge_audit, summary_lines
 
     summary = judge_audit(
-        args.run, args.jury, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader_from_args(args)
+        args.run, args.jury, vote=args.vote, max_tokens=args.max_new_tokens, batch=args.batch_size, limit=args.limit, loader=loader_from_args(args)
     )
     for line in summary_lines(summary):
         print(line)

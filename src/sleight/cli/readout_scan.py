@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from sleight.cli.common import add_model_args, model_from_args
+from sleight.cli.common import add_model_args, add_output_args, add_progress_arg, model_from_args
 from sleight.errors import UserError
 
 
@@ -33,9 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=16, help="continuation budget (default: 16; text-parsed replies get 32)")
     p.add_argument("--floor", type=float, default=0.5, help="option-mass floor (default: 0.5)")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
-    p.add_argument("--out", help="output directory (default: runs/readout-scan, or runs/readout-lm-eval-scan)")
-    p.add_argument("--overwrite", action="store_true", help="replace different audits already in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_output_args(p, None, what="output directory (default: runs/readout-scan, or runs/readout-lm-eval-scan)", overwrite="replace different audits already in --out")
+    add_progress_arg(p)
     add_model_args(p)
     p.set_defaults(func=cmd_scan)
 
@@ -83,7 +82,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     _threads(args)
     model = model_from_args(args)
     out = Path(args.out or "runs/readout-scan")
-    result = run_scan(model, out, config, overwrite=args.overwrite, show_progress=not args.quiet)
+    result = run_scan(model, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
     print(f"\nreadout scan -> {out}")
     for r in result.rows:
         flags = "; ".join(r["flags"]) or "no failure mode found"

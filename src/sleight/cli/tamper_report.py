@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sleight.cli.common import add_output_args
 from sleight.cli.jury_args import add_jury_args, loader_from_args
 
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="One row per model (one run per model). Writes leaderboard.md/.csv/.tex, the other tables as CSV, PNG plots, index.html and a viewer per model.",
     )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (judged or not), or a folder of them (a sweep's --out)")
-    p.add_argument("--out", type=Path, default=Path("reports/tamper"), help="report directory (default: reports/tamper)")
+    add_output_args(p, "runs/tamper-report", what="report directory")
     p.add_argument("--no-site", action="store_true", help="skip index.html and the viewers")
     p.add_argument(
         "--gold",
@@ -58,15 +59,15 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from sleight.errors import UserError
     from sleight.tamper.jury.run import judge_runs, no_vote_line, summary_lines
 
-    if args.max_tokens < 16:
-        raise UserError(f"--max-tokens {args.max_tokens} is too small for a JSON verdict (use >= 16)")
+    if args.max_new_tokens < 16:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens} is too small for a JSON verdict (use >= 16)")
     from sleight.rundir import find_runs
 
     run_dirs = find_runs(args.run, "tamper")  # a sweep folder stands for its runs
     for run in run_dirs:  # the votes are written into the runs
         check_writable(run, "--run")
     summary = judge_runs(
-        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_tokens, batch=args.batch, limit=args.limit, loader=loader_from_args(args)
+        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_new_tokens, batch=args.batch_size, limit=args.limit, loader=loader_from_args(args)
     )
     for line in summary_lines(summary):
         print(line)

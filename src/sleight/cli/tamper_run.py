@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sleight.cli.common import add_model_args, check_writable
+from sleight.cli.common import RESUME, add_model_args, add_progress_arg, check_writable
 from sleight.errors import UserError
 
 
@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run only shard K of N: the questions whose 0-based index i has i %% N == K-1; shards may run at once "
         "(other processes or machines) into one --out, which then holds exactly the records of one unsharded run",
     )
-    p.add_argument("--overwrite", action="store_true", help="start --out over when it holds a run (by default a run is resumed, and a different config refused)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--overwrite", action="store_true", help=RESUME)
+    add_progress_arg(p)
     add_model_args(p)
     p.set_defaults(func=cmd_run)
 

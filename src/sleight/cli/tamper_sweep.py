@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sleight.cli.common import add_model_args
+from sleight.cli.common import add_model_args, add_progress_arg
 from sleight.cli.tamper_run import add_trial_args, default_out
 from sleight.errors import UserError
 
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        default=Path("runs/sweep"),
+        default=Path("runs/tamper-sweep"),
         metavar="OUT",
-        help="sweep folder: one run directory per model (default: runs/sweep)",
+        help="sweep folder: one run directory per model (default: runs/tamper-sweep)",
     )
     p.add_argument(
         "--ray",
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="C",
         help="CPUs per task; on CPU also its torch threads unless --threads says otherwise (default: 1)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_progress_arg(p)
     add_trial_args(p)
     add_model_args(p, model=False)
     p.set_defaults(func=cmd_sweep)
