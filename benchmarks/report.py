@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleight.backends import DEFAULT_MODEL
-from sleight.tamper.report.report import write_report
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
 from sleight.tamper.records import CLEAN_SCHEMA, TRIALS_SCHEMA
+from sleight.tamper.report.report import write_report
 
 SAMPLE = "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre and the Seine river. "
 
@@ -60,7 +60,7 @@ def synth_run(out: Path, questions: int, substitutes: int, tokens: int, seed: in
             steps = sorted(rng.choice(np.arange(1, tokens - 1), 5, replace=False).tolist())
             inj = np.zeros(tokens, bool)
             inj[steps] = True
-            masked = lambda: [None if b else v for b, v in zip(inj, sig())]  # noqa: E731
+            masked = lambda inj=inj, sig=sig: [None if b else v for b, v in zip(inj, sig())]  # noqa: E731
             rows.append(
                 dict(
                     common, substitute_index=s, substitute="Mandela effect" if s == 0 else f"word{s}", is_entity=s == 0,

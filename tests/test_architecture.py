@@ -14,13 +14,14 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sleight"
 
-SHARED = {"backends", "position", "rundir", "progress", "stats", "errors", "jury", "data"}
+SHARED = {"backends", "position", "rundir", "progress", "render", "stats", "errors", "jury", "data"}
 ALLOWED = {
     "errors": set(),
     "stats": {"stats"},
     "backends": {"backends", "errors"},
     "position": {"backends", "errors"},
     "progress": {"errors"},
+    "render": set(),
     "rundir": {"errors"},
     "jury": {"jury", "backends", "position", "rundir", "progress", "stats", "errors"},
     "tamper": SHARED | {"tamper"},

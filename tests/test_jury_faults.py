@@ -125,7 +125,7 @@ def test_a_damaged_vote_part_is_set_aside_and_its_votes_asked_again(run_dir, n_j
 
 def test_requests_stay_in_flight_across_runs_bounded_by_concurrency_not_batch(run_dir, n_judged, tmp_path):
     runs = [copy_run(run_dir, tmp_path / f"run{i}") for i in range(2)]
-    slow = lambda b, n: Answer(json=reply(GOOD).json, delay_s=0.3)  # noqa: E731
+    slow = lambda b, n: Answer(json=reply(GOOD).json, delay_s=1.5)  # noqa: E731  (long enough to fill every slot on a busy machine)
     with FaultServer({"slow": slow}) as srv:
         conc = n_judged + 2  # more than one run holds: only votes from both runs can fill it
         summary = judge_runs(runs, [srv.spec("slow")], vote="text", batch=2, loader=_fast(srv, concurrency=conc), progress=False)

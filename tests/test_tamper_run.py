@@ -145,7 +145,7 @@ def test_stored_surprisal_matches_an_independent_forward_pass(model, run_dir):
         rows += [(t["token_ids"], np.asarray(t["injected"], bool), t["surprisal"], t["logprobs"]) for _, t in trials[trials.question_id == c["question_id"]].iterrows()]
         # One plain forward pass over prompt + stored tokens per row (the prompt computed once).
         lps = model.continuation_logprobs(model.encode(c["rendered_prompt"]), [[int(x) for x in r[0]] for r in rows])
-        for (ids, inj, surprisal, logprobs), lp in zip(rows, lps):
+        for (_ids, inj, surprisal, logprobs), lp in zip(rows, lps):
             s = np.asarray(surprisal, dtype=np.float64)
             assert np.isnan(s[inj]).all() and not np.isnan(s[~inj]).any()
             assert np.allclose(s[~inj], -lp[~inj], atol=1e-3)

@@ -9,11 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sleight.backends.base import Rendered
+from sleight.backends.base import ModelInfo, Rendered
 from sleight.errors import UserError
 
 
 class HFTokenizerOps:
+    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerBase)
+    info: ModelInfo
+    _eos: frozenset[int]
+    _vocab: int
+
     @property
     def eos_ids(self) -> frozenset[int]:
         return self._eos

@@ -26,8 +26,7 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
         help="weights dtype (default: the engine's own, float32 on hf, bfloat16 on vllm)",
     )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
-    if "--threads" not in p._option_string_actions:  # a command that declared it first keeps its own help
-        p.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's own; recorded in the manifest)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's own; recorded in the manifest)")
     g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
     g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
     g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")

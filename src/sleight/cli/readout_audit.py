@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sleight.cli.common import add_limit_arg, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
 from sleight.errors import UserError
+from sleight.render import fmt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -136,14 +137,12 @@ def _print_result(result) -> None:
     print(f"\nreadout audit -> {result.out_dir}")
     for c in result.checks:
         print(f"  {c.number}. {c.name:<38} {c.verdict.upper():<8} {c.reason}")
-    print(f"  median option mass: original {_f(orig.get('mass_median'))}, stem {_f(stem.get('mass_median'))}; "
-          f"answer-letter rate: original {_f(orig.get('answer_letter_rate'))}, stem {_f(stem.get('answer_letter_rate'))}")
+    print(f"  median option mass: original {fmt(orig.get('mass_median'))}, stem {fmt(stem.get('mass_median'))}; "
+          f"answer-letter rate: original {fmt(orig.get('answer_letter_rate'))}, stem {fmt(stem.get('answer_letter_rate'))}")
     for key, path in result.files.items():
         print(f"  {key:<12} {path}")
 
 
-def _f(v) -> str:
-    return "–" if v is None else f"{v:.3f}"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -184,7 +183,7 @@ def compare_markdown(a: Path, b: Path) -> str:
     lines = [f"Comparing A = `{a}` and B = `{b}` (cells: A / B).", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in variants:
         x, y = va.get(v, {}), vb.get(v, {})
-        cells = [v] + [f"{_cell(x.get(k))} / {_cell(y.get(k))}" for k, _ in COMPARE_KEYS]
+        cells = [v] + [f"{fmt(x.get(k))} / {fmt(y.get(k))}" for k, _ in COMPARE_KEYS]
         cells.append(f"{_down(x)} / {_down(y)}")
         lines.append("| " + " | ".join(cells) + " |")
     ca = {c["number"]: c["verdict"] for c in sa.get("checks", [])}
@@ -207,10 +206,6 @@ def _load_summary(d: Path) -> dict:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
 
 
-def _cell(v) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
 def _down(s: dict) -> str:

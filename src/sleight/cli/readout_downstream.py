@@ -18,6 +18,7 @@ from typing import Any
 
 from sleight.cli.common import RESUME, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
 from sleight.errors import UserError
+from sleight.render import MISSING, fmt, interval
 
 
 def _fixture(name: str) -> str:
@@ -230,9 +231,9 @@ def cmd_forecast(args: argparse.Namespace) -> int:
         lambda items: len({it.passage for it in items}) * args.note_tokens,
     )
     rd, pos, g = s["reader"], s["positions"], s["gain"]
-    print(f"reader accuracy {_f(rd['accuracy'])} (spaced {_f(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})")
+    print(f"reader accuracy {fmt(rd['accuracy'])} (spaced {fmt(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})")
     for p in ("original", "stem"):
-        print(f"{p:>8}: AUROC {_ci(pos[p]['auroc'])}  Brier {_ci(pos[p]['brier'])}  median mass {_f(pos[p]['mass']['median'])}")
+        print(f"{p:>8}: AUROC {interval(pos[p]['auroc'])}  Brier {interval(pos[p]['brier'])}  median mass {fmt(pos[p]['mass']['median'])}")
     print(f"stem - original: AUROC gain {_gain(g['auroc'])}  Brier gain {_gain(g['brier'])}  (constant-0.5 Brier 0.250)")
     print(f"wrote {args.out}/report.md, report.html, summary.json, readings.parquet")
     return 0
@@ -280,7 +281,7 @@ def cmd_ptrue(args: argparse.Namespace) -> int:
     for setting, st in s["settings"].items():
         print(f"[{setting}] {st['n_pairs']} pairs, {st['n_correct']} correct")
         for r, d in st["readouts"].items():
-            print(f"  {pp.READOUT_LABELS[r]:<16} AUROC {_ci(d['auroc'])}  PRR {_ci(d['prr'])}  median mass {_f(d['mass']['median'])}  argmax {next(iter(d['argmax_class']), 'n/a')}")
+            print(f"  {pp.READOUT_LABELS[r]:<16} AUROC {interval(d['auroc'])}  PRR {interval(d['prr'])}  median mass {fmt(d['mass']['median'])}  argmax {next(iter(d['argmax_class']), 'n/a')}")
     print(f"wrote {args.out}/report.md, report.html, summary.json, readings.parquet")
     return 0
 
@@ -302,19 +303,7 @@ def _command(kind: str, args: argparse.Namespace, items_path: str) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _f(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _ci(d: Mapping[str, Any] | None) -> str:
-    if not d or d.get("estimate") is None:
-        return "n/a"
-    if d.get("low") is None:
-        return _f(d["estimate"])
-    return f"{_f(d['estimate'])} [{_f(d['low'])}, {_f(d['high'])}]"
-
-
 def _gain(d: Mapping[str, Any] | None) -> str:
     if not d or d.get("gain") is None:
-        return "n/a"
-    return f"{_f(d['gain'])} [{_f(d['gain_low'])}, {_f(d['gain_high'])}]"
+        return MISSING
+    return f"{fmt(d['gain'])} [{fmt(d['gain_low'])}, {fmt(d['gain_high'])}]"

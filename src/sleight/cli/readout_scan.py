@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from sleight.cli.common import add_model_args, add_output_args, add_progress_arg, model_from_args
+from sleight.cli.common import add_limit_arg, add_model_args, add_output_args, add_progress_arg, model_from_args
 from sleight.errors import UserError
 
 
@@ -29,10 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--items", action="append", default=[], metavar="[PRESET=]FILE", help="records for a preset (JSONL); PRESET= may be left out when one preset is scanned; repeatable")
     p.add_argument("--template", action="append", default=[], metavar="[PRESET=]FILE", help="the published template (your copy) instead of the shipped one; repeatable")
     p.add_argument("--lm-eval-tasks", metavar="DIR", help="scan every lm-evaluation-harness multiple-choice task YAML in DIR (plain and chat modes)")
-    p.add_argument("--limit", type=int, help="use only the first N records per preset (or documents per task)")
+    add_limit_arg(p, "records per preset (or documents per task)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="continuation budget (default: 16; text-parsed replies get 32)")
     p.add_argument("--floor", type=float, default=0.5, help="option-mass floor (default: 0.5)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch")
     add_output_args(p, None, what="output directory (default: runs/readout-scan, or runs/readout-lm-eval-scan)", overwrite="replace different audits already in --out")
     add_progress_arg(p)
     add_model_args(p)
@@ -79,7 +78,6 @@ def cmd_scan(args: argparse.Namespace) -> int:
         recs = scorer_records(get_scorer(name), records.get(name))
         scorer_items(name, recs, template=templates.get(name), limit=args.limit)
     config = ScanConfig(presets=presets, limit=args.limit, max_new_tokens=args.max_new_tokens, floor=args.floor, templates=templates, records=records)
-    _threads(args)
     model = model_from_args(args)
     out = Path(args.out or "runs/readout-scan")
     result = run_scan(model, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
@@ -98,7 +96,6 @@ def _cmd_lm_eval(args: argparse.Namespace) -> int:
     if args.items or args.template or args.presets != "all":
         raise UserError("--lm-eval-tasks scans task YAMLs: --presets, --items and --template do not apply")
     tasks = find_tasks(args.lm_eval_tasks, limit=args.limit)
-    _threads(args)
     model = model_from_args(args)
     out = Path(args.out or "runs/readout-lm-eval-scan")
     result = scan_lm_eval_tasks(model, tasks, out, floor=args.floor)
@@ -108,10 +105,3 @@ def _cmd_lm_eval(args: argparse.Namespace) -> int:
     for key, path in result.files.items():
         print(f"  {key:<10} {path}")
     return 0
-
-
-def _threads(args: argparse.Namespace) -> None:
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(max(1, args.threads))

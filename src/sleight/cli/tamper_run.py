@@ -92,7 +92,6 @@ class Prepared:
 def prepare(args: argparse.Namespace) -> Prepared:
     """Everything before the model: inputs validated, the output checked, a different config refused,
     the committed parts verified (a sweep's driver calls this for every task before scheduling)."""
-    from sleight.rundir import parse_shard
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.trigger import validate_word
 
@@ -103,6 +102,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
         validate_word(args.trigger)
     except ValueError as exc:
         raise UserError(f"--trigger: {exc}") from None
+    from sleight.rundir import parse_shard  # pyarrow: only once the flags above are good
+
     shard = parse_shard(getattr(args, "shard", None))
     questions, qsrc = load_questions(args.questions_file, args.questions)
     substitutes, ssrc = load_substitutes(args.substitutes_file, args.substitutes)

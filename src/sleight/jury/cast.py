@@ -12,6 +12,7 @@ token is kept as a soft vote.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,22 @@ class Cast:
     @property
     def abstained(self) -> bool:
         return self.values is None
+
+    def record(self) -> dict[str, Any]:
+        """The columns every stored vote carries, whatever the instrument (pure apart from the clock)."""
+        return {
+            "reason": self.reason,
+            "abstained": self.abstained,
+            "attempts": self.attempts,
+            "raw_reply": self.raw_reply,
+            "first_reply": self.first_reply,
+            "error": self.error,
+            "latency_s": float(self.latency_s),
+            "judged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "vote_path": self.path,
+            "finish_reason": self.finish_reason,
+            "reasoning": self.reasoning,
+        }
 
 
 def retry_messages(first: Messages, bad_reply: str, nudge: str) -> list[dict[str, str]]:

@@ -7,7 +7,7 @@ Top-k log-probs are stored as float16 (SPEC §6: bytes per trial), everything el
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa

@@ -12,15 +12,16 @@ The Python API mirrors the CLI::
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sleight.backends.base import LanguageModel
 from sleight.progress import SweepProgress
 from sleight.rundir import ALL, Shard, versions
-from sleight.tamper.data import ENTITY_INDEX, Question, digest
 from sleight.tamper import two_phase
+from sleight.tamper.data import ENTITY_INDEX, Question, digest
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
 from sleight.tamper.records import clean_table, trials_table
 from sleight.tamper.store import RunStore

@@ -20,7 +20,7 @@ A Δ is null when it has no window token (no swap, or swaps only at the very end
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

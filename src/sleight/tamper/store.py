@@ -34,7 +34,7 @@ TRIALS_DIR = "trials.parquet"
 TMP_DIR = rundir.TMP_DIR
 
 # Config keys whose change would change the records; a run directory refuses a different value.
-IDENTITY_KEYS = ("model", "engine", "dtype", "trigger", "max_new_tokens", "top_k", "window", "questions", "substitutes")
+IDENTITY_KEYS = ("model", "engine", "dtype", "decoding", "trigger", "max_new_tokens", "top_k", "window", "questions", "substitutes")
 
 
 def now() -> str:

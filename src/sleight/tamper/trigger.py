@@ -20,9 +20,9 @@ The contract, for a trigger word ``w`` (matched case-insensitively):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
 
 from sleight import position
 

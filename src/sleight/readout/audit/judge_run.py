@@ -10,7 +10,6 @@ transport error is asked again), abstentions recorded, a majority of two agreein
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,17 +105,7 @@ def vote_row(reading: dict[str, Any], juror: str, cast: Cast) -> dict[str, Any]:
         "variant": reading["variant"],
         "juror": juror,
         "class": None if cast.values is None else str(cast.values["class"]),
-        "reason": cast.reason,
-        "abstained": cast.abstained,
-        "attempts": cast.attempts,
-        "raw_reply": cast.raw_reply,
-        "first_reply": cast.first_reply,
-        "error": cast.error,
-        "latency_s": float(cast.latency_s),
-        "judged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "vote_path": cast.path,
-        "finish_reason": cast.finish_reason,
-        "reasoning": cast.reasoning,
+        **cast.record(),
         "class_options": [str(v) for v in ballot.fields[0].values],
         "class_probs": None if soft is None else [float(p) for p in soft],
         "class_mass": cast.mass.get("class"),

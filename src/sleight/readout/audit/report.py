@@ -11,31 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sleight.readout.audit.checks import Check, variant_table
+from sleight.render import fmt, html_table, md_table
 
 VERDICT_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skipped": "SKIPPED"}
 _COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skipped": "#57606a"}
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    if isinstance(v, dict):
-        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items() if x not in (0, None)) or "–"
-    return str(v)
-
-
-def _md_cell(v: Any) -> str:
-    return _fmt(v).replace("|", "\\|").replace("\n", "\\n")
-
-
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
-    return out
 
 
 def _example_md(ex: dict[str, Any]) -> list[str]:
@@ -44,9 +25,9 @@ def _example_md(ex: dict[str, Any]) -> list[str]:
         lines += ["Original ending:", "", "```", repr(ex["original_ending"]), "```", ""]
     lines += ["Rendered ending (last 80 characters, as a Python string):", "", "```", repr(ex["ending"]), "```", ""]
     lines += ["Top next tokens:", ""]
-    lines += _md_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]])
-    lines += ["", f"Options' mass: {_fmt(ex['option_mass'])} (boundary preserved: {_fmt(ex['boundary_preserved'])})", ""]
-    lines += _md_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]])
+    lines += md_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]])
+    lines += ["", f"Options' mass: {fmt(ex['option_mass'])} (boundary preserved: {fmt(ex['boundary_preserved'])})", ""]
+    lines += md_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]])
     lines += ["", f"Argmax: {ex['argmax_token']!r} ({ex['argmax_class']}).", ""]
     lines += [f"Unrestricted continuation ({ex['continuation_class']}):", "", "```", repr(ex["continuation"]), "```", ""]
     return lines
@@ -67,15 +48,15 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
         "## Verdicts",
         "",
     ]
-    lines += _md_table(["#", "check", "verdict", "why"], [[c.number, c.name, VERDICT_MARK[c.verdict], c.reason] for c in checks])
+    lines += md_table(["#", "check", "verdict", "why"], [[c.number, c.name, VERDICT_MARK[c.verdict], c.reason] for c in checks])
     for c in checks:
         lines += ["", f"## {c.number}. {c.name}: {VERDICT_MARK[c.verdict]}", "", c.reason, ""]
         if c.evidence:
-            lines += _md_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()])
+            lines += md_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()])
             lines.append("")
         if c.sub:
             lines += ["Checks 1-4 repeated at the stem:", ""]
-            lines += _md_table(["check", "verdict", "why"], [[s["check"], VERDICT_MARK[s["verdict"]], s["reason"]] for s in c.sub])
+            lines += md_table(["check", "verdict", "why"], [[s["check"], VERDICT_MARK[s["verdict"]], s["reason"]] for s in c.sub])
             lines.append("")
         if c.example:
             lines += _example_md(c.example)
@@ -83,19 +64,19 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
     table = variant_table(summary)
     headers = ["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"]
     keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
-    lines += _md_table(headers, [[r[k] for k in keys] for r in table])
+    lines += md_table(headers, [[r[k] for k in keys] for r in table])
     skipped = {v: s.get("skip_reasons") for v, s in summary["variants"].items() if s.get("skip_reasons")}
     if skipped:
         lines += ["", "Skipped variants: " + "; ".join(f"`{v}`: {', '.join(r)}" for v, r in skipped.items()) + "."]
     lines += ["", "Continuation classes per variant:", ""]
     classes = ["answers_item", "forecast", "recites", "prose", "other"]
-    lines += _md_table(["variant", *classes, "answer then grid", "grid anywhere"], [
+    lines += md_table(["variant", *classes, "answer then grid", "grid anywhere"], [
         [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
         for v, s in summary["variants"].items()
     ])
     if summary.get("ptrue"):
         lines += ["", "## P(True) readouts", "", PTRUE_NOTE.format(rendering=_ptrue_rendering(summary["ptrue"])), ""]
-        lines += _md_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"]))
+        lines += md_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"]))
     lines += list(extra)
     lines += ["", "Definitions: SPEC §4.1; the rules behind every verdict and class are in `sleight.readout.audit.checks` and `sleight.readout.audit.classify`.", ""]
     return "\n".join(lines)
@@ -136,13 +117,9 @@ def _ptrue_rows(section: dict[str, Any]) -> list[list[Any]]:
 
 
 def _h(v: Any) -> str:
-    return html.escape(_fmt(v))
+    return html.escape(fmt(v))
 
 
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], raw: bool = False) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c if raw else _h(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _badge(verdict: str) -> str:
@@ -154,9 +131,9 @@ def _example_html(ex: dict[str, Any]) -> str:
     if ex.get("original_ending") is not None and ex["variant"] != "original":
         parts.append(f"<p>Original ending:</p><pre>{html.escape(repr(ex['original_ending']))}</pre>")
     parts.append(f"<p>Rendered ending:</p><pre>{html.escape(repr(ex['ending']))}</pre>")
-    parts.append("<p>Top next tokens:</p>" + _html_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]]))
+    parts.append("<p>Top next tokens:</p>" + html_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]]))
     parts.append(f"<p>Options' mass: <b>{_h(ex['option_mass'])}</b> (boundary preserved: {_h(ex['boundary_preserved'])})</p>")
-    parts.append(_html_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]]))
+    parts.append(html_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]]))
     parts.append(f"<p>Argmax: <code>{html.escape(repr(ex['argmax_token']))}</code> ({html.escape(str(ex['argmax_class']))}).</p>")
     parts.append(f"<p>Unrestricted continuation ({html.escape(str(ex['continuation_class']))}):</p><pre>{html.escape(repr(ex['continuation']))}</pre>")
     return "".join(parts)
@@ -179,30 +156,30 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
         f"{html.escape(str(model.get('dtype', '?')))}, {html.escape(str(model.get('device', '?')))}). Items: {html.escape(str(cfg.get('n_items', '?')))} "
         f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.get('floor')}.</p>",
         "<h2>Verdicts</h2>",
-        _html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), _badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
+        html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), _badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
     ]
     for c in checks:
         parts.append(f"<section><h2>{c.number}. {html.escape(c.name)} {_badge(c.verdict)}</h2><p>{html.escape(c.reason)}</p>")
         if c.evidence:
-            parts.append(_html_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()]))
+            parts.append(html_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()]))
         if c.sub:
-            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + _html_table(["check", "verdict", "why"], [[html.escape(s["check"]), _badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
+            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + html_table(["check", "verdict", "why"], [[html.escape(s["check"]), _badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
         if c.example:
             parts.append(_example_html(c.example))
         parts.append("</section>")
     table = variant_table(summary)
     keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
     parts.append("<section><h2>Variants (interventions)</h2>")
-    parts.append(_html_table(["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"], [[r[k] for k in keys] for r in table]))
+    parts.append(html_table(["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"], [[r[k] for k in keys] for r in table]))
     classes = ["answers_item", "forecast", "recites", "prose", "other"]
-    parts.append("<p>Continuation classes per variant:</p>" + _html_table(["variant", *classes, "answer then grid", "grid anywhere"], [
+    parts.append("<p>Continuation classes per variant:</p>" + html_table(["variant", *classes, "answer then grid", "grid anywhere"], [
         [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
         for v, s in summary["variants"].items()
     ]))
     parts.append("</section>")
     if summary.get("ptrue"):
         parts.append(f"<section><h2>P(True) readouts</h2><p>{html.escape(PTRUE_NOTE.format(rendering=_ptrue_rendering(summary['ptrue'])))}</p>")
-        parts.append(_html_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"])) + "</section>")
+        parts.append(html_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"])) + "</section>")
     parts.append(extra_html + "</body></html>")
     return "".join(parts)
 

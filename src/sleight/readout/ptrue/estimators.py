@@ -23,6 +23,7 @@ from sleight.readout.ptrue.answers import Answer, QAItem
 from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import answer_tokens, comparison, estimate
+from sleight.render import fmt, interval
 
 ANSWER_TOKENS = 32
 
@@ -62,12 +63,7 @@ def run_estimators(
     return {"engine": engine, "instruct": instruct, "max_new_tokens": max_new_tokens, "rows": rows, "summary": summary}
 
 
-def _f(v: Any) -> str:
-    return "–" if v is None else f"{v:.3f}"
 
-
-def _ci(m: dict[str, Any] | None) -> str:
-    return "–" if not m else f"{_f(m.get('estimate'))} [{_f(m.get('low'))}, {_f(m.get('high'))}]"
 
 
 def render_markdown(result: dict[str, Any], model_id: str) -> str:
@@ -82,12 +78,12 @@ def render_markdown(result: dict[str, Any], model_id: str) -> str:
         "|---|---|---|",
     ]
     for name, m in s["estimators"].items():
-        lines.append(f"| {name} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
+        lines.append(f"| {name} | {interval(m['auroc'])} | {interval(m['prr'])} |")
     for name, m in s["ptrue"].items():
-        lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
+        lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {interval(m['auroc'])} | {interval(m['prr'])} |")
     lines += ["", "Paired differences (P(True) readout minus estimator, same replicates):", "", "| pair | ΔAUROC | ΔPRR |", "|---|---|---|"]
     for pair, d in s["differences"].items():
-        cells = [("–" if not d[m] else f"{_f(d[m].get('diff'))} [{_f(d[m].get('low'))}, {_f(d[m].get('high'))}]") for m in ("auroc", "prr")]
+        cells = [("–" if not d[m] else f"{fmt(d[m].get('diff'))} [{fmt(d[m].get('low'))}, {fmt(d[m].get('high'))}]") for m in ("auroc", "prr")]
         lines.append(f"| {pair} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 

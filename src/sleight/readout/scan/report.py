@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.readout.audit.report import VERDICT_MARK
+from sleight.render import fmt
 
 HEADERS = (
     "preset", "rendering", "parser", "mass as declared", "mass, leading space", "first tokens distinct (declared / spaced)",
@@ -20,19 +21,11 @@ HEADERS = (
 _COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e"}
 
 
-def _f(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
 
 
 def _mass(d: Mapping[str, Any]) -> str:
     extra = f" ({d['mass_null']} undefined)" if d.get("mass_null") else ""
-    return _f(d.get("mass_median")) + extra
+    return fmt(d.get("mass_median")) + extra
 
 
 def cells(row: Mapping[str, Any]) -> list[str]:
@@ -45,14 +38,14 @@ def cells(row: Mapping[str, Any]) -> list[str]:
         row["parser"],
         _mass(row["declared"]),
         _mass(row["spaced"]),
-        f"{_f(row['declared']['distinct_rate'])} / {_f(row['spaced']['distinct_rate'])}",
-        _f(row["separator_rate"]),
-        _f(row["argmax_class"]),
-        _f(row["continuation"]),
+        f"{fmt(row['declared']['distinct_rate'])} / {fmt(row['spaced']['distinct_rate'])}",
+        fmt(row["separator_rate"]),
+        fmt(row["argmax_class"]),
+        fmt(row["continuation"]),
         verdict,
         row["repair"]["description"],
         _mass(row["repair"]),
-        _f(row["repair"]["clears_floor"]),
+        fmt(row["repair"]["clears_floor"]),
     ]
 
 
@@ -87,18 +80,18 @@ def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str
         if r.get("parser_result") and r["parser_result"].get("per_letter"):
             p = r["parser_result"]
             lines.append(
-                f"Parsed verdicts: accuracy {_f(p['accuracy'])} (every prediction is correct), verdict = gold letter {_f(p['letter_rate'])} "
-                f"when the gold letter is A or B, rotation contrast {_f(p['contrast'])}; items read as verdicts: {', '.join(p['tracking_items']) or 'none'}; "
+                f"Parsed verdicts: accuracy {fmt(p['accuracy'])} (every prediction is correct), verdict = gold letter {fmt(p['letter_rate'])} "
+                f"when the gold letter is A or B, rotation contrast {fmt(p['contrast'])}; items read as verdicts: {', '.join(p['tracking_items']) or 'none'}; "
                 f"verdicts by gold position {p['verdicts_by_gold']}."
             )
         if r.get("grades"):
             g = r["grades"]
             d = g["difference"]
             lines.append(
-                f"Grades against human ratings (within-document Spearman, averaged): as declared, first token {_f(g['declared_first_token']['rho'])} "
+                f"Grades against human ratings (within-document Spearman, averaged): as declared, first token {fmt(g['declared_first_token']['rho'])} "
                 f"({g['declared_first_token']['n_undefined']} of {g['declared_first_token']['n_documents']} documents undefined); "
-                f"space-prefixed, full sequence {_f(g['spaced_full_sequence']['rho'])} ({g['spaced_full_sequence']['n_undefined']} undefined); "
-                f"difference {_f(d['diff'])} [{_f(d['low'])}, {_f(d['high'])}] over {d['n_paired']} paired documents."
+                f"space-prefixed, full sequence {fmt(g['spaced_full_sequence']['rho'])} ({g['spaced_full_sequence']['n_undefined']} undefined); "
+                f"difference {fmt(d['diff'])} [{fmt(d['low'])}, {fmt(d['high'])}] over {d['n_paired']} paired documents."
             )
         lines.append(f"Drill-down: [{r['report']}]({r['report']}).")
     return "\n".join(lines) + "\n"

@@ -95,17 +95,7 @@ def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast) -> dic
         "substitute": trial["substitute"],
         "juror": juror,
         "prompt_variant": variant,
-        "reason": cast.reason,
-        "abstained": cast.abstained,
-        "attempts": cast.attempts,
-        "raw_reply": cast.raw_reply,
-        "first_reply": cast.first_reply,
-        "error": cast.error,
-        "latency_s": float(cast.latency_s),
-        "judged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "vote_path": cast.path,
-        "finish_reason": cast.finish_reason,
-        "reasoning": cast.reasoning,
+        **cast.record(),
     }
     for label in LABELS:
         row[label] = None if cast.values is None else bool(cast.values[label])
