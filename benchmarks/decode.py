@@ -106,23 +106,27 @@ def main(argv: list[str] | None = None) -> int:
     n, s = timed(lambda: int(model.model.generate(ids, max_new_tokens=room, do_sample=False).shape[1] - len(prompt)))
     report("transformers.generate, batch 1", n, s)
     hooked: dict[int, float] = {}
+    rates: dict[int, tuple[float, float, float, float]] = {}  # batch -> unhooked, minimal, hooked, replay
     for b in batches:
         n, s = timed(counted(lambda tick, b=b: model.greedy([prompt] * b, room, top_k=cfg.top_k, progress=tick)))
         report(f"engine greedy, unhooked, batch {b}", n, s)
+        unhooked = n / s
         n, s = timed(counted(lambda tick, b=b: minimal_loop(model, prompt, b, room, tick)))
         report(f"minimal KV-cache argmax loop, batch {b}", n, s)
+        minimal = n / s
         if b <= len(subs):
-            n, s = timed(counted(tamper_batch(b, True)))
-            report(f"engine greedy, hooked tamper batch, batch {b}", n, s)
-            hooked[b] = n / s
+            _, s_h = timed(counted(tamper_batch(b, True)))
             rows_b = replay(b)
             n, s = timed(counted(lambda tick, r=rows_b: replay_loop(model, prompt, r, tick)))
+            report(f"engine greedy, hooked tamper batch, batch {b}", n, s_h)
             report(f"minimal loop replaying its tokens, batch {b}", n, s)
+            hooked[b] = n / s_h
+            rates[b] = (unhooked, minimal, n / s_h, n / s)  # hooked and replay: the same reply tokens
 
     big = max(b for b in batches if b <= len(subs))
-    per_thread: dict[int, tuple[float, float, float, float]] = {}
+    per_thread: dict[int, tuple[float, float, float, float]] = {threads0: rates[big]}  # measured above
     rows_big = replay(big)
-    for t in threads_list:
+    for t in (t for t in threads_list if t != threads0):
         torch.set_num_threads(t)
         n1, s1 = timed(counted(lambda tick: model.greedy([prompt] * big, room, top_k=cfg.top_k, progress=tick)))
         n2, s2 = timed(counted(lambda tick: minimal_loop(model, prompt, big, room, tick)))
