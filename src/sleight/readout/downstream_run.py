@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from sleight import rundir
 from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
+from sleight.readout.ptrue.readouts import POSITION_KEYS
 from sleight.rundir import RunDir
 
 PARTS = "parts"
@@ -76,17 +77,7 @@ PTRUE_READING_COLUMNS = (
     "n_context_tokens",
     "ends_with_whitespace",
     "options",
-    "boundary_preserved",
-    "option_mass",
-    "first_token_ids",
-    "first_tokens_distinct",
-    "option_first_probs",
-    "argmax_id",
-    "argmax_token",
-    "argmax_prob",
-    "argmax_class",
-    "top_tokens",
-    "option_logprobs",
+    *POSITION_KEYS,
     "continuation",
     "continuation_class",
 )
