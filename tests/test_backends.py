@@ -30,6 +30,7 @@ def one_at_a_time(model, rendered):
     return [model.greedy([p], BUDGET)[0] for p in rendered]
 
 
+@pytest.mark.slow
 def test_unhooked_greedy_equals_transformers_generate(model, rendered, one_at_a_time):
     for ids, gen in zip(rendered, one_at_a_time):
         ref = model.model.generate(torch.tensor([ids]), max_new_tokens=BUDGET, do_sample=False)[0, len(ids) :].tolist()
@@ -39,6 +40,7 @@ def test_unhooked_greedy_equals_transformers_generate(model, rendered, one_at_a_
         assert gen.token_ids == ref
 
 
+@pytest.mark.slow
 def test_batched_left_padded_equals_one_at_a_time(model, rendered, one_at_a_time):
     assert len({len(p) for p in rendered}) > 1  # the batch really is ragged
     batched = model.greedy(rendered, BUDGET)
@@ -265,6 +267,7 @@ def test_score_tokens_in_memory_sized_groups(model, rendered, monkeypatch):
         np.testing.assert_allclose(a.entropy, b.entropy, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_generate_until_equals_greedy_and_stops(model, rendered, one_at_a_time):
     got = model.generate_until(rendered, BUDGET)
     for c, g in zip(got, one_at_a_time):

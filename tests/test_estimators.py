@@ -27,6 +27,7 @@ def decoded(model):
     return items, prompts, gens, answer_tokens(model, prompts, gens)
 
 
+@pytest.mark.slow
 def test_records_equal_an_independent_teacher_forced_pass(model, decoded):
     items, prompts, gens, toks = decoded
     eos = min(model.eos_ids)

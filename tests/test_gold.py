@@ -22,6 +22,9 @@ from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.prompt import LABELS
 from tamper_artifacts import sleight
 
+pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
+
+
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory):

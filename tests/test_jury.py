@@ -21,6 +21,9 @@ from sleight.tamper.jury.prompt import LABELS, parse_vote
 from sleight.tamper.jury.run import judge_run
 from tamper_artifacts import copy_run, real_run, sleight
 
+pytestmark = pytest.mark.slow  # a real run judged by real servers (module fixtures)
+
+
 FALSE_STRINGS = 'Sure:\n{"flagged": "false", "corrected": "true", "derailed": "false", "switch_aware": "false", "reason": "reads fine"}'
 TRUNCATED = '```json\n{"flagged": false, "corrected": true, "derail'
 
@@ -158,6 +161,7 @@ def test_trial_records_are_never_rewritten(run_dir, tmp_path):
     assert all(after[k] == v for k, v in before.items())
 
 
+@pytest.mark.slow
 def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_path):
     """The CLI against llama.cpp's server over the bundled GGUF: every vote is stored, readable
     replies are parsed, unreadable ones are abstentions -- whatever this tiny judge answers."""

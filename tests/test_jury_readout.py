@@ -18,6 +18,9 @@ from sleight.readout.audit import judge
 from sleight.readout.audit.judge_run import JUDGEMENTS, VERDICTS, judge_audit, load_judgements
 from tamper_artifacts import sleight
 
+pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
+
+
 
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory):

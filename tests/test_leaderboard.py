@@ -89,6 +89,7 @@ GEOMETRY = """(() => {
 })()"""
 
 
+@pytest.mark.slow
 def test_table1_fits_a_1400px_window_with_undecided_in_view(tmp_path_factory, abstained, browser):
     reports = [judged_report(tmp_path_factory).report, abstained[1]]
     for report in reports:

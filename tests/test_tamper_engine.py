@@ -21,6 +21,7 @@ def questions():
     return {q.id: q.question for q in qs}
 
 
+@pytest.mark.slow
 def test_batched_trials_equal_one_trial_at_a_time(model, questions):
     cfg = TamperConfig(max_new_tokens=16)
     rendered = render_question(model, questions["q006"])

@@ -65,6 +65,7 @@ def run_dir(killed_and_resumed):
     return killed_and_resumed["out"]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_every_trial_exactly_once(killed_and_resumed):
     k = killed_and_resumed
     out = k["out"]
@@ -96,6 +97,7 @@ def test_killed_run_resumes_with_every_trial_exactly_once(killed_and_resumed):
     assert not list((out / ".tmp").glob("*"))
 
 
+@pytest.mark.slow
 def test_run_again_does_nothing_and_other_config_is_refused(killed_and_resumed):
     out, qfile = killed_and_resumed["out"], killed_and_resumed["qfile"]
     before = {p.name: p.stat().st_mtime_ns for p in (out / "trials.parquet").glob("*.parquet")}
@@ -108,6 +110,7 @@ def test_run_again_does_nothing_and_other_config_is_refused(killed_and_resumed):
     assert len(err) == 1 and "different config" in err[0] and "trigger" in err[0] and "Traceback" not in other.stderr
 
 
+@pytest.mark.slow
 def test_replies_budget_swaps_and_untouched(run_dir):
     trials, clean = load_trials(run_dir), load_clean(run_dir).set_index("question_id")
     for _, t in trials.iterrows():
@@ -129,6 +132,7 @@ def test_replies_budget_swaps_and_untouched(run_dir):
     assert trials.groupby("question_id")["untouched"].all().to_dict() == {"q001": False, "q006": False, "q089": True}
 
 
+@pytest.mark.slow
 def test_clean_reply_is_the_unhooked_greedy_answer(model, run_dir):
     for _, c in load_clean(run_dir).iterrows():
         ids = model.encode(c["rendered_prompt"])
@@ -138,6 +142,7 @@ def test_clean_reply_is_the_unhooked_greedy_answer(model, run_dir):
         assert c["reply"] == model.decode(gen.token_ids) and c["finish_reason"] == gen.finish_reason
 
 
+@pytest.mark.slow
 def test_stored_surprisal_matches_an_independent_forward_pass(model, run_dir):
     clean, trials = load_clean(run_dir), load_trials(run_dir)
     for _, c in clean.iterrows():
@@ -152,6 +157,7 @@ def test_stored_surprisal_matches_an_independent_forward_pass(model, run_dir):
             assert np.allclose(np.asarray(logprobs, dtype=np.float64), lp, atol=1e-3)  # injected tokens too
 
 
+@pytest.mark.slow
 def test_delta_columns_recompute_from_the_stored_lists(run_dir):
     trials, clean = load_trials(run_dir), load_clean(run_dir).set_index("question_id")
     width = 8

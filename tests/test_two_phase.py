@@ -46,6 +46,7 @@ def test_stop_list_is_the_whole_word_tokens(model):
         assert find_pending_trigger([i], model.encode(" x")[0], model.decode, "the") is not None
 
 
+@pytest.mark.slow
 def test_two_phase_equals_lockstep_and_the_reference(model, questions):
     cfg = engine.TamperConfig(max_new_tokens=16)
     rendered, clean_l, clean_t, lock, tp = both(model, questions["q006"], cfg)
@@ -81,6 +82,7 @@ def test_untouched_question_costs_nothing_more(model, questions):
     assert_same_reply(lock[0].reply, tp[0].reply)
 
 
+@pytest.mark.slow
 def test_the_detector_decides_not_the_stop_list(model, questions, monkeypatch):
     """No stop list at all (every trigger found after the fact) and one full of false stops
     (every token with an 'e'): the same trials, at a different cost."""
@@ -120,6 +122,7 @@ def test_two_phase_equals_lockstep_on_longer_replies(model, questions):
             assert b.disagreements == 0
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_in_its_cpu_smoke_mode(capsys):
     import importlib.util
     from pathlib import Path

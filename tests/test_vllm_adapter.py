@@ -86,6 +86,7 @@ def test_the_llm_is_built_with_the_engine_arguments(vmodel, model):
     assert vmodel.eos_ids == model.eos_ids and vmodel.vocab_size == model.vocab_size
 
 
+@pytest.mark.slow
 def test_generate_until_equals_the_hf_engine(vmodel, model, prompts):
     the = model.encode(" the")[0]
     for kw in ({}, {"stop_token_ids": [the]}):
@@ -122,6 +123,7 @@ def test_continuation_logprobs_through_prompt_logprob_token_ids(vmodel, model, p
         np.testing.assert_allclose(g, w, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_dense_reads_and_unhooked_greedy(vmodel, model, prompts):
     np.testing.assert_allclose(vmodel.next_token_logits(prompts[:1]), model.next_token_logits(prompts[:1]), atol=1e-5)
     hello = model.encode(" Hello")
@@ -132,6 +134,7 @@ def test_dense_reads_and_unhooked_greedy(vmodel, model, prompts):
     assert not any(p.logprobs == -1 for c in vmodel.llm.calls for p in c.params)
 
 
+@pytest.mark.slow
 def test_two_phase_tamper_on_the_adapter_equals_hf_lockstep(vmodel, model):
     qs = {q.id: q.question for q in load_questions()[0]}
     cfg = engine.TamperConfig(max_new_tokens=16)
