@@ -123,6 +123,7 @@ def test_a_damaged_vote_part_is_set_aside_and_its_votes_asked_again(run_dir, n_j
     assert len(jury_store.load_judgements(run)) == n_judged
 
 
+@pytest.mark.slow
 def test_requests_stay_in_flight_across_runs_bounded_by_concurrency_not_batch(run_dir, n_judged, tmp_path):
     runs = [copy_run(run_dir, tmp_path / f"run{i}") for i in range(2)]
     slow = lambda b, n: Answer(json=reply(GOOD).json, delay_s=1.5)  # noqa: E731  (long enough to fill every slot on a busy machine)

@@ -32,6 +32,7 @@ def readings(model, name: str, limit: int = 2):
     return declared, spaced, row
 
 
+@pytest.mark.slow
 def test_geval_space_prefixed_grades_share_a_first_token(model):
     declared, spaced, row = readings(model, "geval")
     assert all(s.distinct for s in declared)  # bare 1-5: five first tokens
@@ -52,6 +53,7 @@ def test_kadavath_options_are_not_scorable_by_first_tokens(model):
     assert row["repair"]["distinct_rate"] == 1.0  # after the stem " (": "A" and "B" are their own tokens
 
 
+@pytest.mark.slow
 def test_a_missing_separator_is_flagged_where_the_template_ends_without_whitespace(model):
     for name in ("geval", "relevance"):
         _, _, row = readings(model, name, limit=1)

@@ -363,6 +363,7 @@ def test_bootstrap_input_validation() -> None:
         bootstrap_ci(gathered(lambda v: v.mean()), x, B=10)  # not batched: wrong shape
 
 
+@pytest.mark.slow
 def test_coverage_of_auroc_interval() -> None:
     """About 95% of 95% intervals contain the true AUROC, Phi(shift / sqrt 2)."""
     rng = np.random.default_rng(2024)
@@ -384,6 +385,7 @@ def _clustered_sample(rng: np.random.Generator, n_clusters: int) -> tuple[np.nda
     return values, clusters
 
 
+@pytest.mark.slow
 def test_coverage_of_cluster_interval_and_item_undercoverage() -> None:
     """Strongly clustered data with unequal cluster sizes: the cluster bootstrap
     covers the true mean (0) at about the nominal rate; item resampling, which
