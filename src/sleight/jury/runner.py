@@ -150,3 +150,17 @@ def run_juror(
 
 
 Loader = Callable[[str], Any]
+
+
+def tally_lines(jurors: Sequence[JurorStats], *, compacted: int, cast: int, asked: int) -> list[str]:
+    """The lines every judge command prints after its jurors: each juror's own, the jury-of-one
+    note, compaction, and how many valid votes were cast of those asked."""
+    lines: list[str] = []
+    for j in jurors:
+        lines += j.lines()
+    if len(jurors) == 1:
+        lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
+    if compacted:
+        lines.append(f"  {compacted} superseded vote row(s) compacted away")
+    lines.append(f"valid votes cast: {cast} of {asked} asked")
+    return lines

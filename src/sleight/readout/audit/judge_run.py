@@ -24,7 +24,7 @@ from sleight.errors import UserError
 from sleight.jury import store
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, parse_jury, resolve_mode
-from sleight.jury.runner import JurorStats, run_juror
+from sleight.jury.runner import JurorStats, run_juror, tally_lines
 from sleight.jury.verdict import majority
 from sleight.readout.audit import judge
 
@@ -267,12 +267,6 @@ def write_judge_report(out_dir: Path) -> Path:
 
 def summary_lines(summary: ReadoutJudgeSummary) -> list[str]:
     lines = [f"continuations to label (substituted-instruction and deletion variants): {summary.n_continuations}"]
-    for j in summary.jurors:
-        lines += j.lines()
-    if len(summary.jurors) == 1:
-        lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
-    if summary.compacted:
-        lines.append(f"  {summary.compacted} superseded vote row(s) compacted away")
-    lines.append(f"valid votes cast: {summary.cast} of {summary.asked} asked")
+    lines += tally_lines(summary.jurors, compacted=summary.compacted, cast=summary.cast, asked=summary.asked)
     lines.append(f"report: {summary.report} (and the audit's report.md/.html)")
     return lines

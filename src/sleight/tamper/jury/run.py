@@ -25,7 +25,7 @@ from sleight.backends.chat import ChatModel, load_chat
 from sleight.errors import UserError
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, resolve_mode
-from sleight.jury.runner import JurorStats, run_juror
+from sleight.jury.runner import JurorStats, run_juror, tally_lines
 from sleight.jury.runner import no_vote_line as _no_vote_line
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
@@ -219,13 +219,7 @@ def summary_lines(summary: JudgeSummary) -> list[str]:
     """What ``tamper judge`` prints: per juror what was asked, cast, abstained, how fast, and for
     slot votes the median slot mass and the slots below the floor."""
     lines = [f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) (prompt '{summary.prompt_variant}')"]
-    for j in summary.jurors:
-        lines += j.lines()
-    if len(summary.jurors) == 1:
-        lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
-    if summary.compacted:
-        lines.append(f"  {summary.compacted} superseded vote row(s) compacted away")
-    lines.append(f"valid votes cast: {summary.cast} of {summary.asked} asked")
+    lines += tally_lines(summary.jurors, compacted=summary.compacted, cast=summary.cast, asked=summary.asked)
     lines += [f"verdicts: {p}" for p in summary.verdicts_paths]
     return lines
 
