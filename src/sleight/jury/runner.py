@@ -152,15 +152,30 @@ def run_juror(
 Loader = Callable[[str], Any]
 
 
-def tally_lines(jurors: Sequence[JurorStats], *, compacted: int, cast: int, asked: int) -> list[str]:
-    """The lines every judge command prints after its jurors: each juror's own, the jury-of-one
-    note, compaction, and how many valid votes were cast of those asked."""
-    lines: list[str] = []
-    for j in jurors:
-        lines += j.lines()
-    if len(jurors) == 1:
-        lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
-    if compacted:
-        lines.append(f"  {compacted} superseded vote row(s) compacted away")
-    lines.append(f"valid votes cast: {cast} of {asked} asked")
-    return lines
+
+class Tally:
+    """What every judge command's summary shares: its jurors' counts and the lines it prints about
+    them (a mixin for the commands' summary dataclasses, which declare ``jurors`` and ``compacted``)."""
+
+    jurors: list[JurorStats]
+    compacted: int
+
+    @property
+    def asked(self) -> int:
+        return sum(j.asked for j in self.jurors)
+
+    @property
+    def cast(self) -> int:
+        return sum(j.cast for j in self.jurors)
+
+    def tally_lines(self) -> list[str]:
+        """Each juror's lines, the jury-of-one note, compaction, and valid votes cast of those asked."""
+        lines: list[str] = []
+        for j in self.jurors:
+            lines += j.lines()
+        if len(self.jurors) == 1:
+            lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
+        if self.compacted:
+            lines.append(f"  {self.compacted} superseded vote row(s) compacted away")
+        lines.append(f"valid votes cast: {self.cast} of {self.asked} asked")
+        return lines

@@ -24,7 +24,7 @@ from sleight.errors import UserError
 from sleight.jury import store
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, parse_jury, resolve_mode
-from sleight.jury.runner import JurorStats, run_juror, tally_lines
+from sleight.jury.runner import JurorStats, Tally, run_juror
 from sleight.jury.verdict import majority
 from sleight.readout.audit import judge
 
@@ -61,20 +61,12 @@ Loader = Callable[[str], Any]
 
 
 @dataclass
-class ReadoutJudgeSummary:
+class ReadoutJudgeSummary(Tally):
     out_dir: Path
     n_continuations: int
     jurors: list[JurorStats] = field(default_factory=list)
     compacted: int = 0
     report: Path | None = None
-
-    @property
-    def asked(self) -> int:
-        return sum(j.asked for j in self.jurors)
-
-    @property
-    def cast(self) -> int:
-        return sum(j.cast for j in self.jurors)
 
 
 def load_judgements(out_dir: Path, *, repair: bool = False) -> pd.DataFrame:
@@ -267,6 +259,6 @@ def write_judge_report(out_dir: Path) -> Path:
 
 def summary_lines(summary: ReadoutJudgeSummary) -> list[str]:
     lines = [f"continuations to label (substituted-instruction and deletion variants): {summary.n_continuations}"]
-    lines += tally_lines(summary.jurors, compacted=summary.compacted, cast=summary.cast, asked=summary.asked)
+    lines += summary.tally_lines()
     lines.append(f"report: {summary.report} (and the audit's report.md/.html)")
     return lines

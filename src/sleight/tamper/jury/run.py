@@ -25,7 +25,7 @@ from sleight.backends.chat import ChatModel, load_chat
 from sleight.errors import UserError
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, resolve_mode
-from sleight.jury.runner import JurorStats, run_juror, tally_lines
+from sleight.jury.runner import JurorStats, Tally, run_juror
 from sleight.jury.runner import no_vote_line as _no_vote_line
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
@@ -38,7 +38,7 @@ JurorSummary = JurorStats  # the per-juror counts of one judge call
 
 
 @dataclass
-class JudgeSummary:
+class JudgeSummary(Tally):
     run_dirs: list[Path]
     prompt_variant: str
     n_judged_trials: int
@@ -53,14 +53,6 @@ class JudgeSummary:
     @property
     def verdicts_path(self) -> Path | None:
         return self.verdicts_paths[0] if self.verdicts_paths else None
-
-    @property
-    def asked(self) -> int:
-        return sum(j.asked for j in self.jurors)
-
-    @property
-    def cast(self) -> int:
-        return sum(j.cast for j in self.jurors)
 
 
 @lru_cache(maxsize=1)
@@ -219,7 +211,7 @@ def summary_lines(summary: JudgeSummary) -> list[str]:
     """What ``tamper judge`` prints: per juror what was asked, cast, abstained, how fast, and for
     slot votes the median slot mass and the slots below the floor."""
     lines = [f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) (prompt '{summary.prompt_variant}')"]
-    lines += tally_lines(summary.jurors, compacted=summary.compacted, cast=summary.cast, asked=summary.asked)
+    lines += summary.tally_lines()
     lines += [f"verdicts: {p}" for p in summary.verdicts_paths]
     return lines
 
