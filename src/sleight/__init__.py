@@ -10,8 +10,9 @@ both built on :mod:`sleight.backends`, which reads a model's whole next-token di
 
 import os
 
-# torch's OpenMP workers spin while they wait; beside a second job on the same cores that spinning,
-# not the work, collapses throughput (14x measured on 2 cores). libgomp reads this once, when torch
+# torch's OpenMP workers spin while they wait, holding cores that a second job on the same machine
+# needs; PASSIVE lets them sleep. What was measured with each policy, alone and beside a second job,
+# is in docs/results.md ("Threads and the OpenMP wait policy"). libgomp reads this once, when torch
 # loads, so it is set here, before any sleight module imports torch. A user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
