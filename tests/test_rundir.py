@@ -25,7 +25,7 @@ import pytest
 
 from sleight import rundir
 from sleight.errors import UserError
-from sleight.rundir import ALL, RunDir, Shard, parse_shard
+from sleight.rundir import ALL, RunDir, Shard, kind_of, parse_shard
 
 SCHEMA = pa.schema([("unit", pa.int32()), ("value", pa.float64())])
 
@@ -178,14 +178,14 @@ def test_a_different_config_or_model_is_refused_in_one_line_and_overwrite_starts
             run.check(CONFIG, overwrite=overwrite)
 
 
-def test_legacy_manifests_are_read(tmp_path):
-    (tmp_path / "manifest.json").write_text(
-        json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True, "sessions": [{"started": "x"}]})
-    )
-    m = RunDir(tmp_path, "tamper").require()
-    assert m["completed"] is True and len(m["sessions"]) == 1
-    with pytest.raises(UserError, match="holds a 'tamper' run, not 'forecast'"):
-        RunDir(tmp_path, "forecast").require()
+def test_a_manifest_of_another_format_is_refused_and_overwrite_starts_over(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True}))
+    (tmp_path / "trials.parquet").mkdir()
+    with pytest.raises(UserError, match="is not a sleight-run manifest .format 'sleight-tamper-run/1'.; use another --out, or --overwrite"):
+        RunDir(tmp_path, "tamper").check(CONFIG)
+    assert kind_of(tmp_path) is None
+    assert RunDir(tmp_path, "tamper").check(CONFIG, overwrite=True) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def _join(args: tuple[str, dict, int]) -> str:

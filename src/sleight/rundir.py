@@ -445,17 +445,6 @@ def covered(units: int, shards: Iterable[Shard]) -> bool:
 # ------------------------------------------------------------------------------------------------
 
 
-def _legacy_kind(m: Mapping[str, Any]) -> str | None:
-    if m.get("kind"):
-        return str(m["kind"])
-    fmt, tool = str(m.get("format", "")), str(m.get("tool", ""))
-    if fmt.startswith("sleight-tamper-run"):
-        return "tamper"
-    if tool == "sleight readout audit":
-        return "audit"
-    return None
-
-
 def versions() -> dict[str, str]:
     """Versions of the packages that decide records (torch and transformers only when loaded)."""
     import platform
@@ -517,7 +506,7 @@ class Session:
                         raise
                     except OSError:  # a file system without locks (some NFS): leftovers then stay, harmless
                         pass
-                self.tmp_dir.mkdir()
+                self.tmp_dir.mkdir(exist_ok=True)  # a retry finds it made (the id is this session's alone)
                 os.replace(lock_path, self.tmp_dir / "lock")
                 return fh
             except FileNotFoundError:
@@ -591,13 +580,15 @@ class RunDir:
         if not self.manifest_path.is_file():
             return None
         m = read_json(self.manifest_path, "use another --out, or --overwrite to start over")
-        if m.get("format") == FORMAT and int(m.get("version", 0)) > FORMAT_VERSION:
+        if m.get("format") != FORMAT:
+            raise UserError(
+                f"{self.manifest_path} is not a {FORMAT} manifest (format {m.get('format')!r}); use another --out, or --overwrite to start over"
+            )
+        if int(m.get("version", 0)) > FORMAT_VERSION:
             raise UserError(
                 f"{self.manifest_path} is format version {m.get('version')}; this sleight reads up to {FORMAT_VERSION} (upgrade sleight)"
             )
-        legacy = list(m.get("sessions") or [])
-        sessions = legacy + self.sessions()
-        m["sessions"] = sessions
+        m["sessions"] = sessions = self.sessions()
         if "units" in m:
             done = [parse_shard(str(s.get("shard") or "1/1")) for s in sessions if s.get("completed")]
             m["completed"] = covered(int(m["units"]), done)
@@ -613,42 +604,40 @@ class RunDir:
         return m
 
     def _check_kind(self, m: Mapping[str, Any]) -> None:
-        kind = _legacy_kind(m)
-        if kind is not None and kind != self.kind:
-            raise UserError(f"{self.dir} holds a '{kind}' run, not '{self.kind}'; use another --out")
+        if m.get("kind") != self.kind:
+            raise UserError(f"{self.dir} holds a '{m.get('kind')}' run, not '{self.kind}'; use another --out")
+
+    def _check_config(self, old: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        """The one refusal rule: one line naming each field that differs from the run's own config."""
+        diff = config_diff(old.get("config") or {}, config, self.identity_keys)
+        if diff:
+            raise UserError(
+                f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over"
+            )
 
     # -- checking --------------------------------------------------------------------------------
     def check(self, config: Mapping[str, Any], *, overwrite: bool = False) -> dict[str, Any] | None:
         """Before anything expensive: refuse a directory that is not this run, or start it over.
 
         Returns the manifest to resume, or None for a new run. A different config is refused with one
-        line naming each differing field unless ``overwrite``, which empties the directory.
+        line naming each differing field; ``overwrite`` empties a directory that holds a run (of any
+        config or kind, readable or not) and never touches one that holds none.
         """
         if self.dir.exists() and not self.dir.is_dir():
             raise UserError(f"--out {self.dir} exists and is not a directory")
         if self.dir.is_dir() and not os.access(self.dir, os.W_OK):
             raise UserError(f"--out {self.dir} is not writable")
+        if overwrite and self.manifest_path.is_file():
+            self.start_over()
+            return None
         old = self.read_manifest() if self.dir.is_dir() else None
         if old is None:
             stray = [p.name for p in self.dir.iterdir() if p.name != TMP_DIR] if self.dir.is_dir() else []
             if stray:
                 raise UserError(f"--out {self.dir} is not empty and holds no {MANIFEST}; choose a new or empty directory")
             return None
-        try:
-            self._check_kind(old)
-            diff = config_diff(old.get("config") or {}, config, self.identity_keys)
-            if diff:
-                raise UserError(
-                    f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over"
-                )
-        except UserError:
-            if not overwrite:
-                raise
-            self.start_over()
-            return None
-        if overwrite and old.get("config") is not None:
-            self.start_over()
-            return None
+        self._check_kind(old)
+        self._check_config(old, config)
         return old
 
     def start_over(self) -> None:
@@ -691,11 +680,7 @@ class RunDir:
             }
             if not self._create(manifest, session.tmp_dir):
                 old = self.require()
-                diff = config_diff(old.get("config") or {}, config, self.identity_keys)
-                if diff:
-                    raise UserError(
-                        f"run directory {self.dir} was made with a different config ({'; '.join(diff)}); use another --out, or --overwrite to start over"
-                    )
+                self._check_config(old, config)
                 if model is not None and old.get("model"):
                     mdiff = config_diff(model_identity(old["model"]), model_identity(model))
                     if mdiff:
@@ -738,21 +723,26 @@ class RunDir:
 
     def _clear_dead_tmp(self, own: str, *, grace_s: float = 300.0) -> None:
         """Remove what killed sessions left in ``.tmp/`` (a live session holds its folder's lock;
-        a folder or lock file still being born is left alone for ``grace_s``)."""
+        a folder or lock file still being born is left alone for ``grace_s``).
+
+        A lone lock file (``.<id>.lock``) belongs to a session being born: it is created, then locked,
+        then moved into the session's folder, so between the first two steps it is unlocked although
+        its session is alive. It is removed only once older than ``grace_s``, locked or not."""
         root = self.dir / TMP_DIR
         for p in root.iterdir() if root.is_dir() else []:
             if p.name == own or p.name == f".{own}.lock" or fcntl is None:
                 continue
-            lock = p if p.is_file() else p / "lock"
             try:
-                fh = open(lock)
-            except FileNotFoundError:  # no lock (yet): a session being born, or one killed at birth
-                try:
-                    young = time.time() - p.stat().st_mtime < grace_s
-                except FileNotFoundError:
-                    continue
+                young = time.time() - p.stat().st_mtime < grace_s
+            except FileNotFoundError:
+                continue
+            if p.is_file() or not (p / "lock").exists():  # no lock in a folder (yet): being born, or killed at birth
                 if not young:
                     shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                continue
+            try:
+                fh = open(p / "lock")
+            except FileNotFoundError:
                 continue
             with fh:
                 try:
@@ -773,7 +763,7 @@ def kind_of(path: Path | str) -> str | None:
         m = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else None
     except (OSError, ValueError):
         return None
-    return _legacy_kind(m) if isinstance(m, dict) else None
+    return str(m["kind"]) if isinstance(m, dict) and m.get("format") == FORMAT and m.get("kind") else None
 
 
 def find_runs(paths: Iterable[Path | str], kind: str) -> list[Path]:

@@ -23,22 +23,15 @@ from typing import Any
 
 import pandas as pd
 
-from sleight import rundir
 from sleight.rundir import ALL, RunDir, Session, Shard
 from sleight.tamper.records import CLEAN_SCHEMA, TRIALS_SCHEMA
 
 KIND = "tamper"
-MANIFEST = rundir.MANIFEST
 CLEAN_DIR = "clean.parquet"
 TRIALS_DIR = "trials.parquet"
-TMP_DIR = rundir.TMP_DIR
 
 # Config keys whose change would change the records; a run directory refuses a different value.
 IDENTITY_KEYS = ("model", "engine", "dtype", "decoding", "trigger", "max_new_tokens", "top_k", "window", "questions", "substitutes")
-
-
-def now() -> str:
-    return rundir.now()
 
 
 def part_name(question_index: int, question_id: str) -> str:
@@ -60,8 +53,6 @@ class RunStore:
         self.run = RunDir(self.dir, KIND, identity_keys=IDENTITY_KEYS)
         self.clean = self.run.parts(CLEAN_DIR, CLEAN_SCHEMA)
         self.trials = self.run.parts(TRIALS_DIR, TRIALS_SCHEMA)
-        self.clean_dir, self.trials_dir, self.tmp_dir = self.clean.dir, self.trials.dir, self.dir / TMP_DIR
-        self.manifest: dict[str, Any] = {}
         self.session: Session | None = None
 
     # -- opening ---------------------------------------------------------------------------------
@@ -87,7 +78,6 @@ class RunStore:
         self.session = self.run.open(
             config, model_info, units=int(config["questions"]["n"]), extra={"prompts": prompts}, shard=shard, versions_=versions
         )
-        self.manifest = self.run.read_manifest() or {}
 
     # -- progress --------------------------------------------------------------------------------
     def done(self, indices: Iterable[int] | None = None) -> set[int]:
@@ -119,7 +109,6 @@ class RunStore:
     def finish(self, completed: bool) -> None:
         if self.session is not None:
             self.session.finish(completed)
-        self.manifest = self.run.read_manifest() or {}
 
 
 _HINT = "rerun 'sleight tamper run' with --out {run} to redo that question"
