@@ -4,6 +4,10 @@ Each model name maps to a function of the request body (and how many requests th
 that returns an :class:`Answer`: a normal reply, an HTTP status with headers (``Retry-After``), a
 body shorter than its ``Content-Length``, or raw bytes that are not HTTP at all. The server speaks
 HTTP/1.1 keep-alive, so the tests can see whether the client reuses its connection.
+
+:func:`scripted` is the same server for tests that only script a reply's content per model (or an
+HTTP status to fail with): the parsing cases a real model cannot be made to produce on demand
+(garbage, ``"false"`` strings, a truncated object).
 """
 
 from __future__ import annotations
@@ -126,3 +130,20 @@ class FaultServer:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+Content = Callable[[dict], "str | int"]  # reply content, or an HTTP status to fail with
+
+
+def scripted(contents: dict[str, Content]) -> FaultServer:
+    """A :class:`FaultServer` whose models answer ``contents[model](body)``: a string is the reply's
+    content, an int an HTTP status to fail with."""
+
+    def script(content: Content) -> Script:
+        def answer(body: dict, _n: int) -> Answer:
+            c = content(body)
+            return Answer(status=c) if isinstance(c, int) else reply(c)
+
+        return answer
+
+    return FaultServer({model: script(fn) for model, fn in contents.items()})

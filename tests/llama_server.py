@@ -1,26 +1,19 @@
-"""Real servers on 127.0.0.1 for the jury tests (imported by test modules, not a conftest).
+"""A real server on 127.0.0.1 for the jury tests (imported by test modules, not a conftest).
 
-* :func:`start_llama_server` runs llama-cpp-python's OpenAI-compatible server over the bundled
-  SmolLM2 GGUF -- the real-model path of the ``openai:`` judge client.
-* :class:`ScriptedChatServer` speaks the same chat-completions protocol (stdlib ``http.server`` in a
-  thread) and answers each model name with a scripted content, for the parsing cases a real model
-  cannot be made to produce on demand (garbage, ``"false"`` strings, a truncated object).
+:func:`start_llama_server` runs llama-cpp-python's OpenAI-compatible server over the bundled
+SmolLM2 GGUF -- the real-model path of the ``openai:`` judge client. The scripted server for the
+cases a real model cannot be made to produce on demand is :mod:`fault_server`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections import defaultdict
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -80,79 +73,3 @@ def start_llama_server(log_dir: Path, *, alias: str = "smol", ready_s: float = 9
             time.sleep(0.25)
     server.stop()
     raise RuntimeError(f"llama server not ready after {ready_s:.0f}s:\n{log.read_text()[-2000:]}")
-
-
-Script = Callable[[dict], "str | int"]  # reply content, or an HTTP status to fail with
-
-
-class ScriptedChatServer:
-    """An OpenAI-compatible ``/v1/chat/completions`` whose reply depends on the requested model.
-
-    ``scripts[model]`` maps the request body to the content returned; every request is logged in
-    ``requests[model]`` so tests can count retries.
-    """
-
-    def __init__(self, scripts: dict[str, Script]) -> None:
-        self.scripts = scripts
-        self.requests: dict[str, list[dict]] = defaultdict(list)
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # keep pytest output clean
-                pass
-
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in outer.scripts]})
-                else:
-                    self._send(404, {"error": "not found"})
-
-            def do_POST(self) -> None:
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    self._send(404, {"error": "not found"})
-                    return
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                model = body.get("model", "")
-                with outer.lock:
-                    outer.requests[model].append(body)
-                if model not in outer.scripts:
-                    self._send(404, {"error": {"message": f"model {model} not found"}})
-                    return
-                content = outer.scripts[model](body)
-                if isinstance(content, int):  # a scripted HTTP failure
-                    self._send(content, {"error": {"message": f"scripted status {content}"}})
-                    return
-                self._send(
-                    200,
-                    {
-                        "id": "cmpl-scripted",
-                        "object": "chat.completion",
-                        "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    },
-                )
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.httpd.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def spec(self, model: str) -> str:
-        return f"openai:{self.base_url}#{model}"
-
-    def __enter__(self) -> ScriptedChatServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

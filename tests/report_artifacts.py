@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_server import ScriptedChatServer
+from fault_server import scripted
 from sleight.backends.resolve import BUNDLED, DEFAULT_MODEL, bundled_gguf
 from sleight.cli.main import main
 from sleight.tamper.jury.run import judge_run
@@ -72,7 +72,7 @@ def judged_report(factory: pytest.TempPathFactory) -> Judged:
     sources = [real_run(factory), second]
     runs = [copy_run(src, base / f"run{i}") for i, src in enumerate(sources)]
     solo = copy_run(sources[0], base / "solo")
-    with ScriptedChatServer({"alpha": _alpha, "beta": _beta, "gamma": _gamma}) as srv:
+    with scripted({"alpha": _alpha, "beta": _beta, "gamma": _gamma}) as srv:
         jury = [srv.spec(m) for m in ("alpha", "beta", "gamma")]
         for run in runs:
             judge_run(run, jury, progress=False)

@@ -13,7 +13,8 @@ import socket
 import pandas as pd
 import pytest
 
-from llama_server import ScriptedChatServer, start_llama_server
+from fault_server import FaultServer, scripted
+from llama_server import start_llama_server
 from sleight.backends.chat import LocalChat
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
@@ -48,14 +49,14 @@ def llama(tmp_path_factory):
     server.stop()
 
 
-def _n_requests(srv: ScriptedChatServer, model: str) -> int:
+def _n_requests(srv: FaultServer, model: str) -> int:
     return len(srv.requests.get(model, []))
 
 
 def test_garbage_false_strings_and_truncated_replies(run_dir, n_judged, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
     scripts = {"garbage": lambda b: "I think the reply is fine.", "falsestr": lambda b: FALSE_STRINGS, "truncated": lambda b: TRUNCATED}
-    with ScriptedChatServer(scripts) as srv:
+    with scripted(scripts) as srv:
         summary = judge_run(run, [srv.spec(m) for m in scripts], progress=False)
         # an unparsable reply is retried exactly once; a readable one is not
         assert _n_requests(srv, "garbage") == 2 * n_judged
@@ -108,7 +109,7 @@ def test_endpoint_failing_mid_run_is_an_abstention_then_asked_again(run_dir, n_j
             return 503  # the server fails every request (the client retries, then gives up)
         return '{"flagged": true, "corrected": true, "derailed": false, "switch_aware": false, "reason": "ok"}'
 
-    with ScriptedChatServer({"flaky": flaky}) as srv:
+    with scripted({"flaky": flaky}) as srv:
         from sleight.backends.chat import OpenAIChat
 
         def loader(spec):
@@ -130,7 +131,7 @@ def test_endpoint_failing_mid_run_is_an_abstention_then_asked_again(run_dir, n_j
 def test_judging_is_resumable_and_skips_stored_votes(run_dir, n_judged, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
     reply = '{"flagged": false, "corrected": true, "derailed": false, "switch_aware": false, "reason": "x"}'
-    with ScriptedChatServer({"a": lambda b: reply, "b": lambda b: reply}) as srv:
+    with scripted({"a": lambda b: reply, "b": lambda b: reply}) as srv:
         judge_run(run, [srv.spec("a")], progress=False, batch=1)
         parts = sorted((run / jury_store.JUDGEMENTS).glob("part-*.parquet"))
         assert len(parts) == n_judged  # one committed part per batch
@@ -144,7 +145,7 @@ def test_judging_is_resumable_and_skips_stored_votes(run_dir, n_judged, tmp_path
         after[after["juror"] == srv.spec("a")].reset_index(drop=True), before.reset_index(drop=True)
     )
     # the study prompt is a different vote (no accepted answers in it)
-    with ScriptedChatServer({"a": lambda b: reply}) as srv2:
+    with scripted({"a": lambda b: reply}) as srv2:
         judge_run(run, [srv2.spec("a")], variant="study", progress=False)
         assert all("Accepted answers" not in r["messages"][-1]["content"] for r in srv2.requests["a"])
     assert set(jury_store.load_judgements(run)["prompt_variant"]) == {"default", "study"}
@@ -155,7 +156,7 @@ def test_judging_is_resumable_and_skips_stored_votes(run_dir, n_judged, tmp_path
 def test_trial_records_are_never_rewritten(run_dir, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    with ScriptedChatServer({"a": lambda b: "nope"}) as srv:
+    with scripted({"a": lambda b: "nope"}) as srv:
         judge_run(run, [srv.spec("a")], progress=False)
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert all(after[k] == v for k, v in before.items())

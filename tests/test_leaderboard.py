@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from chromium import Chromium, chromium_binary
-from llama_server import ScriptedChatServer
+from fault_server import scripted
 from report_artifacts import judged_report
 from sleight.cli.main import main
 from sleight.tamper.jury.run import judge_run
@@ -23,7 +23,7 @@ def abstained(tmp_path_factory):
     """A real run judged by a juror that never gives a parsable vote, and its report."""
     base = tmp_path_factory.mktemp("abstained")
     run = copy_run(real_run(tmp_path_factory), base / "run")
-    with ScriptedChatServer({"mute": lambda body: "I would rather not say."}) as srv:
+    with scripted({"mute": lambda body: "I would rather not say."}) as srv:
         judge_run(run, [srv.spec("mute")], progress=False)
     report = base / "report"
     assert main(["tamper", "report", str(run), "--out", str(report)]) == 0
