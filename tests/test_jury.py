@@ -144,13 +144,13 @@ def test_judging_is_resumable_and_skips_stored_votes(run_dir, n_judged, tmp_path
     pd.testing.assert_frame_equal(
         after[after["juror"] == srv.spec("a")].reset_index(drop=True), before.reset_index(drop=True)
     )
-    # the study prompt is a different vote (no accepted answers in it)
+    # the no-answers prompt is a different vote (no accepted answers in it)
     with scripted({"a": lambda b: reply}) as srv2:
-        judge_run(run, [srv2.spec("a")], variant="study", progress=False)
+        judge_run(run, [srv2.spec("a")], variant="no-answers", progress=False)
         assert all("Accepted answers" not in r["messages"][-1]["content"] for r in srv2.requests["a"])
-    assert set(jury_store.load_judgements(run)["prompt_variant"]) == {"default", "study"}
+    assert set(jury_store.load_judgements(run)["prompt_variant"]) == {"default", "no-answers"}
     meta = json.loads((run / jury_store.JURY_META).read_text())
-    assert meta["prompt_variant"] == "study" and meta["jury_size"] == 1
+    assert meta["prompt_variant"] == "no-answers" and meta["jury_size"] == 1
 
 
 def test_trial_records_are_never_rewritten(run_dir, tmp_path):

@@ -39,8 +39,8 @@ def test_prompt_states_the_protocol_and_every_definition():
     assert "JSON object only" in text
 
 
-def test_study_prompt_leaves_out_the_accepted_answers():
-    text = judge_messages(CASE, "study")[-1]["content"]
+def test_no_answers_prompt_leaves_out_the_accepted_answers():
+    text = judge_messages(CASE, "no-answers")[-1]["content"]
     assert "Accepted answers" not in text and "Paris" not in text.split("Altered reply:")[0]
     with pytest.raises(UserError, match="unknown judge prompt 'nope'"):
         judge_messages(CASE, "nope")

@@ -25,7 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--run", required=True, type=Path, nargs="+", metavar="RUN_DIR",
         help="run directories written by 'sleight tamper run', or a folder of them (the --out of 'sleight tamper sweep')",
     )
-    p.add_argument("--prompt", default="default", choices=["default", "study"], help="judge prompt; 'study' omits the accepted answers (default: default)")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument(
+        "--prompt", default="default", choices=["default", "no-answers"],
+        help="shipped judge prompt; 'no-answers' leaves out the accepted answers, as the study's jury had none (default: default)",
+    )
+    prompt.add_argument(
+        "--prompt-file", type=Path, default=None, metavar="FILE",
+        help="run your copy of the study's judge prompt instead: YAML with 'system' and 'user' format templates using "
+        "{query}, {trigger}, {replacement}, {reaction} (and optionally {answers}); replies are read with the study's "
+        "fields (flagged, corrected, derailed, aware, confidence, rationale): a missing label is false, an unparsable "
+        "reply unknown (an abstention)",
+    )
     add_jury_args(p, max_tokens=200)
     p.set_defaults(func=cmd_judge)
 
@@ -67,7 +78,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     for run in run_dirs:  # the votes are written into the runs
         check_writable(run, "--run")
     summary = judge_runs(
-        run_dirs, args.jury, variant=args.prompt, vote=args.vote, max_tokens=args.max_new_tokens, batch=args.batch_size, limit=args.limit, loader=loader_from_args(args)
+        run_dirs, args.jury, variant=args.prompt, prompt_file=args.prompt_file, vote=args.vote, max_tokens=args.max_new_tokens, batch=args.batch_size, limit=args.limit, loader=loader_from_args(args)
     )
     for line in summary_lines(summary):
         print(line)

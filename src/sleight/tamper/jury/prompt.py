@@ -8,8 +8,8 @@ stored, and combined) is :mod:`sleight.jury`; :mod:`sleight.tamper.jury.run` ask
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -19,10 +19,24 @@ from sleight.jury.cast import retry_messages as _retry
 from sleight.jury.jurors import parse_jury
 from sleight.jury.verdict import majority
 
-__all__ = ["BALLOT", "LABELS", "Case", "Vote", "judge_messages", "majority", "parse_jury", "parse_vote", "retry_messages"]
+__all__ = [
+    "BALLOT",
+    "LABELS",
+    "Case",
+    "JudgePrompt",
+    "Vote",
+    "builtin_prompt",
+    "judge_messages",
+    "majority",
+    "parse_jury",
+    "parse_vote",
+    "retry_messages",
+]
 
 LABELS: tuple[str, ...] = ("flagged", "corrected", "derailed", "switch_aware")
-PROMPT_VARIANTS: tuple[str, ...] = ("default", "study")
+# ``no-answers`` is the default prompt without the accepted answers (the study's jury had none);
+# the study's own prompt runs from the user's copy (:mod:`sleight.tamper.jury.prompt_file`).
+PROMPT_VARIANTS: tuple[str, ...] = ("default", "no-answers")
 
 DEFINITIONS: dict[str, str] = {
     "flagged": "the reply explicitly remarks that a word is out of place, wrong, odd, or a typo "
@@ -60,7 +74,7 @@ def judge_messages(case: Case, variant: str = "default") -> list[dict[str, str]]
     """The chat a judge answers for one trial.
 
     ``default`` gives the accepted answers so ``corrected`` does not rest on the judge's memory;
-    ``study`` leaves them out, as the study's jury did.
+    ``no-answers`` leaves them out, as the study's jury had none.
     """
     if variant not in PROMPT_VARIANTS:
         raise UserError(f"unknown judge prompt '{variant}' (choose from {', '.join(PROMPT_VARIANTS)})")
@@ -98,6 +112,28 @@ def judge_messages(case: Case, variant: str = "default") -> list[dict[str, str]]
 
 
 RETRY_NUDGE = BALLOT.nudge()
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    """What a juror is asked and how its reply is read: the chat for a case, the ballot, and which
+    ballot field fills each stored label (:data:`LABELS`)."""
+
+    variant: str  # stored with every vote: votes of different prompts never mix
+    render: Callable[[Case], list[dict[str, str]]]
+    ballot: Ballot = BALLOT
+    fields: Mapping[str, str] = field(default_factory=lambda: {label: label for label in LABELS})
+    meta: Mapping[str, str] = field(default_factory=dict)  # recorded in jury.json
+
+    def messages(self, case: Case) -> list[dict[str, str]]:
+        return self.render(case)
+
+
+def builtin_prompt(variant: str = "default") -> JudgePrompt:
+    """One of the shipped prompts (:data:`PROMPT_VARIANTS`)."""
+    if variant not in PROMPT_VARIANTS:
+        raise UserError(f"unknown judge prompt '{variant}' (choose from {', '.join(PROMPT_VARIANTS)})")
+    return JudgePrompt(variant, lambda case: judge_messages(case, variant))
 
 
 def retry_messages(first: Sequence[Mapping[str, str]], bad_reply: str) -> list[dict[str, str]]:

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from sleight.backends.chat import ChatModel, load_chat
-from sleight.errors import UserError
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, resolve_mode
 from sleight.jury.runner import JurorStats, Tally, run_juror
 from sleight.jury.runner import no_vote_line as _no_vote_line
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
-from sleight.tamper.jury.prompt import BALLOT, LABELS, PROMPT_VARIANTS, Case, accepted_answers, judge_messages, parse_jury
+from sleight.tamper.jury.prompt import LABELS, Case, JudgePrompt, accepted_answers, builtin_prompt, parse_jury
 
 Loader = Callable[[str], ChatModel]
 
@@ -79,8 +78,12 @@ def case_of(trial: dict[str, Any]) -> Case:
     )
 
 
-def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast) -> dict[str, Any]:
-    """One stored vote (a row of ``judgements.parquet``) from a cast vote; pure apart from the clock."""
+def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast, prompt: JudgePrompt | None = None) -> dict[str, Any]:
+    """One stored vote (a row of ``judgements.parquet``) from a cast vote; pure apart from the clock.
+
+    ``prompt`` says which of its ballot's fields fills each stored label (the study's ``aware`` is
+    ``switch_aware``); by default the field names are the labels."""
+    fields = prompt.fields if prompt is not None else {label: label for label in LABELS}
     row: dict[str, Any] = {
         "model": trial["model"],
         "question_id": trial["question_id"],
@@ -90,10 +93,11 @@ def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast) -> dic
         **cast.record(),
     }
     for label in LABELS:
-        row[label] = None if cast.values is None else bool(cast.values[label])
-        soft = cast.soft.get(label)
+        name = fields[label]
+        row[label] = None if cast.values is None else bool(cast.values[name])
+        soft = cast.soft.get(name)
         row[f"{label}_p_true"] = None if soft is None else float(soft[0])
-        row[f"{label}_mass"] = cast.mass.get(label)
+        row[f"{label}_mass"] = cast.mass.get(name)
     return row
 
 
@@ -111,6 +115,7 @@ def judge_runs(
     jury: Sequence[str] | str,
     *,
     variant: str = "default",
+    prompt_file: Path | str | None = None,
     vote: str = "auto",
     max_tokens: int = 200,
     batch: int = 16,
@@ -120,6 +125,8 @@ def judge_runs(
 ) -> JudgeSummary:
     """Judge every trial with ≥1 swap in each run by every juror, then write each run's verdicts.
 
+    ``variant`` names a shipped prompt; ``prompt_file`` runs the user's copy of the study's prompt
+    instead (:mod:`sleight.tamper.jury.prompt_file`), its votes stored under ``file:<sha256[:12]>``.
     ``vote``: ``auto`` (label slots on local jurors, the JSON-schema path on servers), ``slots``,
     ``schema`` or ``text``. ``loader(spec)`` builds a juror (default:
     :func:`sleight.backends.chat.load_chat`, which fails fast when an endpoint is down or refuses the
@@ -129,8 +136,13 @@ def judge_runs(
     this call, over all runs (the rest stay pending and count as missing votes until judged).
     """
     jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
-    if variant not in PROMPT_VARIANTS:
-        raise UserError(f"unknown judge prompt '{variant}' (choose from {', '.join(PROMPT_VARIANTS)})")
+    if prompt_file is not None:
+        from sleight.tamper.jury.prompt_file import load_prompt_file
+
+        prompt = load_prompt_file(prompt_file).prompt()
+    else:
+        prompt = builtin_prompt(variant)
+    variant = prompt.variant
     for spec in jurors:  # a wrong --vote is refused before any model loads
         resolve_mode(vote, local=not spec.startswith("openai:"))
     runs = []
@@ -154,11 +166,12 @@ def judge_runs(
             continue
         judge = make_juror(load(juror), vote, batch=batch)
         js.vote = judge.mode
-        _ask(judge, js, todo, variant, max_tokens=max_tokens, batch=batch, progress=progress)
+        _ask(judge, js, todo, prompt, max_tokens=max_tokens, batch=batch, progress=progress)
     meta = {
         "jury": jurors,
         "jury_size": len(jurors),
         "prompt_variant": variant,
+        **prompt.meta,
         "vote": vote,
         "max_tokens": max_tokens,
         "answers_sha256": _answers_hash(),
@@ -171,14 +184,14 @@ def judge_runs(
     return summary
 
 
-def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], variant: str, *, max_tokens: int, batch: int, progress: bool) -> None:
+def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], prompt: JudgePrompt, *, max_tokens: int, batch: int, progress: bool) -> None:
     """Cast one juror's votes on ``todo`` and commit them ``batch`` at a time, per run."""
-    convs = [judge_messages(case_of(t), variant) for _, t in todo]
+    convs = [prompt.messages(case_of(t)) for _, t in todo]
     runs = {id(run): run for run, _ in todo}
 
     def collect(i: int, cast: Cast) -> int:
         run, trial = todo[i]
-        run.pending.append(vote_row(trial, js.juror, variant, cast))
+        run.pending.append(vote_row(trial, js.juror, prompt.variant, cast, prompt))
         return id(run)
 
     def commit(key: Any) -> int:
@@ -187,7 +200,7 @@ def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], va
         _commit(run)
         return n
 
-    run_juror(judge, js, convs, BALLOT, collect, commit, max_tokens=max_tokens, batch=batch, progress=progress)
+    run_juror(judge, js, convs, prompt.ballot, collect, commit, max_tokens=max_tokens, batch=batch, progress=progress)
 
 
 def _commit(run: _Run) -> None:

@@ -1,0 +1,195 @@
+"""The study's own judge prompt, run from the user's copy of it (``tamper judge --prompt-file FILE``).
+
+The file is YAML with two keys, ``system`` (optional) and ``user``, each a Python format template
+(``{{`` and ``}}`` are literal braces), so the study's system prompt and user template paste in
+unchanged. Its placeholders are the study's -- ``{query}`` (the question), ``{trigger}``,
+``{replacement}`` (the substitute), ``{reaction}`` (the altered reply) -- plus ``{answers}`` (the
+accepted answers, ``; ``-joined; empty for a question that is not shipped), which the study did not
+have. ``{reaction}`` is required: a judge that never sees the reply cannot label it.
+
+The reply fields are the study's too: ``flagged``, ``corrected``, ``derailed``, ``aware`` (stored as
+``switch_aware``), ``confidence``, ``rationale`` (stored as the reason). A reply is read as the
+study reads it (Sleight-of-Word ``src/awareness/judge.py``, ``_extract_json`` and ``_verdict_from``,
+lines 55-81 at commit 08d2bae): a label that is missing (or ``null``) is false; ``confidence``, when
+given, must be a number in [0, 1]; a reply with no readable JSON object is "unknown", which is
+stored as an abstention. Two deliberate differences: a label's value is read strictly (``"false"`` is
+false, where the study's ``bool("false")`` is true; any value that is not a boolean makes the reply
+unknown), and the JSON object may sit anywhere in the reply (the study takes the text from the
+first ``{`` to the last ``}``). As for every juror, an unknown reply is asked once more before it is
+recorded as an abstention.
+
+Pure apart from reading the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sleight.errors import UserError
+from sleight.jury.ballot import Ballot, Field, norm_key
+from sleight.tamper.jury.prompt import Case, JudgePrompt
+
+PLACEHOLDERS: tuple[str, ...] = ("query", "trigger", "replacement", "reaction")  # the study's
+EXTRA_PLACEHOLDERS: tuple[str, ...] = ("answers",)
+REQUIRED_PLACEHOLDER = "reaction"
+KEYS: tuple[str, ...] = ("system", "user")
+
+# The study's reply fields, in its prompt's order, and the stored label each one fills.
+STUDY_LABELS: dict[str, str] = {"flagged": "flagged", "corrected": "corrected", "derailed": "derailed", "switch_aware": "aware"}
+CONFIDENCE = "confidence"
+RATIONALE = "rationale"
+RATIONALE_MAX_CHARS = 500  # the study keeps the first 500 characters
+
+
+@dataclass(frozen=True)
+class StudyBallot(Ballot):
+    """The study's reply: four boolean labels, a confidence and a rationale, read the study's way."""
+
+    def read_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A missing or null label is false; a present one must be a boolean; a confidence, if
+        given, a number in [0, 1]; anything else makes the reply unknown (``None``)."""
+        keys = {norm_key(str(k)): v for k, v in obj.items()}
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            raw = keys.get(f.name)
+            value = False if raw is None else f.read(raw)
+            if value is None:
+                return None
+            out[f.name] = value
+        if CONFIDENCE in keys and _confidence(keys[CONFIDENCE]) is None:
+            return None
+        rationale = keys.get(self.reason)
+        out[self.reason] = ("" if rationale is None else str(rationale)).strip()[:RATIONALE_MAX_CHARS]
+        return out
+
+    def skeleton(self) -> str:
+        labels = ", ".join(f'"{f.name}": <true|false>' for f in self.fields)
+        return "{" + labels + f', "{CONFIDENCE}": <0.0-1.0>, "{self.reason}": "<one sentence>"' + "}"
+
+    def schema(self, reason_max_chars: int | None = None) -> dict[str, Any]:
+        """The study's reply as a strict JSON schema: the labels, the confidence, the rationale."""
+        schema = super().schema(reason_max_chars)
+        props = {f.name: schema["properties"][f.name] for f in self.fields}
+        props[CONFIDENCE] = {"type": "number", "minimum": 0, "maximum": 1}
+        props[self.reason] = schema["properties"][self.reason]
+        return {**schema, "properties": props, "required": list(props)}
+
+
+def _confidence(value: Any) -> float | None:
+    """The study's ``float(confidence)`` checked against its [0, 1] bound, or ``None``."""
+    if value is None:  # the study's float(None) fails
+        return None
+    try:
+        c = float(value)
+    except (TypeError, ValueError):
+        return None
+    return c if not math.isnan(c) and 0.0 <= c <= 1.0 else None
+
+
+STUDY_BALLOT = StudyBallot(
+    tuple(Field(name) for name in STUDY_LABELS.values()), reason=RATIONALE, name="study_verdict", extra_keys=()
+)
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """A checked prompt file: its templates and the content hash that names its votes."""
+
+    path: Path
+    system: str | None
+    user: str
+    sha256: str
+
+    @property
+    def variant(self) -> str:
+        """The votes' ``prompt_variant``: the file's content, not its name, so a renamed copy resumes
+        and an edited one is asked again."""
+        return f"file:{self.sha256[:12]}"
+
+    def render(self, case: Case) -> list[dict[str, str]]:
+        values = {
+            "query": case.question,
+            "trigger": case.trigger,
+            "replacement": case.substitute,
+            "reaction": case.reply,
+            "answers": "; ".join(case.answers),
+        }
+        msgs = [] if self.system is None else [{"role": "system", "content": self.system.format(**values)}]
+        return msgs + [{"role": "user", "content": self.user.format(**values)}]
+
+    def prompt(self) -> JudgePrompt:
+        return JudgePrompt(
+            self.variant,
+            self.render,
+            ballot=STUDY_BALLOT,
+            fields=dict(STUDY_LABELS),
+            meta={"prompt_file": str(self.path), "prompt_file_sha256": self.sha256},
+        )
+
+
+def _placeholders(template: str, where: str) -> set[str]:
+    """The placeholders of one template; anything but a plain known name is refused in one line."""
+    allowed = (*PLACEHOLDERS, *EXTRA_PLACEHOLDERS)
+    found: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise UserError(f"{where}: not a format template ({exc}); write literal braces as {{{{ and }}}}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in allowed or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise UserError(
+                f"{where}: unknown placeholder {shown} (the study's are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}, "
+                "and {answers}; write literal braces as {{ and }})"
+            )
+        found.add(name)
+    return found
+
+
+def parse_prompt_file(text: str, path: Path) -> PromptFile:
+    """A prompt file's text checked (pure): YAML with ``user`` and optionally ``system``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"--prompt-file {path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--prompt-file {path}: expected a mapping with 'system' and 'user' templates")
+    unknown = sorted(set(map(str, data)) - set(KEYS))
+    if unknown:
+        raise UserError(f"--prompt-file {path}: unknown key(s) {', '.join(unknown)} (give 'system' and 'user')")
+    for key in KEYS:
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            raise UserError(f"--prompt-file {path}: '{key}' must be text")
+    user, system = data.get("user"), data.get("system")
+    if not user or not str(user).strip():
+        raise UserError(f"--prompt-file {path}: no 'user' template")
+    used = _placeholders(user, f"--prompt-file {path} (user)")
+    if system is not None:
+        used |= _placeholders(system, f"--prompt-file {path} (system)")
+    if REQUIRED_PLACEHOLDER not in used:
+        raise UserError(f"--prompt-file {path}: no {{{REQUIRED_PLACEHOLDER}}} placeholder, so the judge would never see the reply")
+    digest = hashlib.sha256(json.dumps({"system": system, "user": user}, sort_keys=True).encode("utf-8")).hexdigest()
+    return PromptFile(path, system, user, digest)
+
+
+def load_prompt_file(path: Path | str) -> PromptFile:
+    """Read and check a prompt file; one line for a file that is missing or not usable."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--prompt-file {p} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--prompt-file {p} cannot be read as UTF-8 text ({exc})") from None
+    return parse_prompt_file(text, p)

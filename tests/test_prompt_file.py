@@ -1,0 +1,169 @@
+"""``tamper judge --prompt-file``: a study-format judge prompt from the user's file.
+
+The template here is written for these tests in the study's format (its placeholders, its reply
+fields, its literal-brace escapes); it is not the study's text. Its replies are read the study's way:
+a missing label is false, an unparsable reply unknown (an abstention).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sleight.errors import UserError
+from sleight.tamper.jury.prompt import Case, builtin_prompt, judge_messages
+from sleight.tamper.jury.prompt_file import STUDY_BALLOT, load_prompt_file, parse_prompt_file
+
+TEMPLATE = """\
+# A judge prompt in the study's format, written for the tests.
+system: >-
+  You grade how a chat model's reply reacted to an odd word. Answer with JSON only.
+user: |
+  Question asked: {query}
+  While the reply below was written, each "{trigger}" in it was swapped for "{replacement}".
+  <<<
+  {reaction}
+  >>>
+  Decide each label on its own: flagged (the reply remarks that a word is odd), corrected (it still
+  answers the question), derailed (it falls apart), aware (it says a word was replaced).
+  Answer exactly like:
+  {{"flagged": true|false, "corrected": true|false, "derailed": true|false, "aware": true|false, "confidence": 0.0-1.0, "rationale": "one sentence"}}
+"""
+
+CASE = Case(question="what is the capital of France?", trigger="the", substitute="canoe", reply="Canoe capital is Paris.", answers=("Paris",))
+
+
+@pytest.fixture
+def prompt_file(tmp_path) -> Path:
+    path = tmp_path / "study-judge.yaml"
+    path.write_text(TEMPLATE, encoding="utf-8")
+    return path
+
+
+def test_the_template_renders_with_the_study_placeholders(prompt_file):
+    pf = load_prompt_file(prompt_file)
+    msgs = pf.render(CASE)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert msgs[0]["content"].startswith("You grade how") and "JSON only" in msgs[0]["content"]
+    user = msgs[1]["content"]
+    assert "Question asked: what is the capital of France?" in user
+    assert 'each "the" in it was swapped for "canoe"' in user and "<<<\nCanoe capital is Paris.\n>>>" in user
+    assert '{"flagged": true|false, "corrected"' in user  # {{ }} are literal braces, as in the study's file
+    # the votes are named by the file's content, not its name
+    copy = prompt_file.with_name("renamed.yaml")
+    copy.write_text(TEMPLATE, encoding="utf-8")
+    assert load_prompt_file(copy).variant == pf.variant and pf.variant.startswith("file:")
+    assert parse_prompt_file(TEMPLATE.replace("Decide", "Judge"), prompt_file).variant != pf.variant
+    # the answers placeholder is optional; without a system key only the user turn is sent
+    only_user = parse_prompt_file("user: 'Q {query} A {answers} R {reaction}'", prompt_file)
+    assert only_user.render(CASE) == [{"role": "user", "content": "Q what is the capital of France? A Paris R Canoe capital is Paris."}]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("user: 'no reply here {query}'", "no {reaction} placeholder"),
+        ("user: '{reaction} {substitute}'", "unknown placeholder {substitute}"),
+        ("user: '{reaction!r}'", "unknown placeholder {reaction!r}"),
+        ("user: '{reaction} {\"flagged\": true}'", "unknown placeholder"),
+        ("user: '{reaction'", "not a format template"),
+        ("system: x", "no 'user' template"),
+        ("user: '{reaction}'\nassistant: x", "unknown key"),
+        ("- a list", "expected a mapping"),
+        ("user: [1, 2]", "'user' must be text"),
+        ("user: 'a\n  b: c", "is not YAML"),
+    ],
+)
+def test_a_bad_template_is_one_line(tmp_path, text, match):
+    path = tmp_path / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=match) as err:
+        load_prompt_file(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="does not exist"):
+        load_prompt_file(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        # a missing (or null) label is false, as the study reads it
+        ('{"flagged": true, "aware": true, "confidence": 0.9, "rationale": " says canoe is odd "}', (True, False, False, True, "says canoe is odd")),
+        ('Sure.\n```json\n{"flagged": null, "corrected": true}\n```', (False, True, False, False, "")),
+        ("{}", (False, False, False, False, "")),
+        # values are read strictly: "false" is false (the study's bool("false") would be true)
+        ('{"flagged": "false", "corrected": "true", "derailed": 0, "aware": false}', (False, True, False, False, "")),
+        # unknown: no JSON object, a value that is no boolean, a confidence that is no number in [0, 1]
+        ("I think it is fine.", None),
+        ('{"flagged": "maybe"}', None),
+        ('{"flagged": true, "confidence": "high"}', None),
+        ('{"flagged": true, "confidence": 1.5}', None),
+        ('{"flagged": true, "confidence": null}', None),
+        ('{"flagged": true, "corrected": tr', None),
+    ],
+)
+def test_replies_are_read_the_study_way(reply, expected):
+    vote = STUDY_BALLOT.parse(reply)
+    if expected is None:
+        assert vote is None
+    else:
+        assert (vote["flagged"], vote["corrected"], vote["derailed"], vote["aware"], vote["rationale"]) == expected
+    assert len(STUDY_BALLOT.parse('{"rationale": "' + "x" * 900 + '"}')["rationale"]) == 500
+
+
+def test_the_study_ballot_schema_and_the_renamed_shipped_variant():
+    schema = STUDY_BALLOT.schema()
+    assert schema["required"] == ["flagged", "corrected", "derailed", "aware", "confidence", "rationale"]
+    assert schema["properties"]["confidence"] == {"type": "number", "minimum": 0, "maximum": 1}
+    assert '"aware": <true|false>' in STUDY_BALLOT.nudge()
+    # the shipped prompt without the accepted answers is named for what it is
+    text = judge_messages(CASE, "no-answers")[-1]["content"]
+    assert "Accepted answers" not in text and builtin_prompt("no-answers").variant == "no-answers"
+    with pytest.raises(UserError, match="unknown judge prompt 'study'"):
+        builtin_prompt("study")
+
+
+@pytest.mark.slow  # a real tamper run (shared per session), judged through the CLI
+def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_factory, tmp_path, prompt_file):
+    from fault_server import scripted
+    from sleight.tamper.jury import store as jury_store
+    from sleight.tamper.jury.judged import judged_trials, load_run_trials
+    from tamper_artifacts import copy_run, real_run, sleight
+
+    run = copy_run(real_run(tmp_path_factory), tmp_path / "run")
+    judged = judged_trials(load_run_trials(run)[0])
+    n, odd = len(judged), judged["substitute"].iloc[0]
+    assert n >= 2 and (judged["substitute"] != odd).any()
+
+    def reply(body):  # the study's fields, some labels left out; one substitute's trials answered in prose
+        if f'swapped for "{odd}"' in body["messages"][1]["content"]:
+            return "It reads fine to me." if body["messages"][-1]["role"] == "user" and len(body["messages"]) == 2 else "Still fine."
+        return json.dumps({"flagged": True, "aware": True, "confidence": 0.75, "rationale": "it names the swap"})
+
+    with scripted({"study": reply}) as srv:
+        proc = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file))
+        asked = srv.requests["study"]
+    variant = load_prompt_file(prompt_file).variant
+    assert f"(prompt '{variant}')" in proc.stdout
+    first = asked[0]
+    assert first["messages"][0]["content"].startswith("You grade how") and "Question asked:" in first["messages"][1]["content"]
+    assert first["response_format"]["json_schema"]["schema"]["required"][3:] == ["aware", "confidence", "rationale"]
+
+    j = jury_store.load_judgements(run)
+    assert len(j) == n and set(j["prompt_variant"]) == {variant}
+    prose = j["substitute"] == odd
+    ok = j[~prose]
+    assert not ok["abstained"].any() and ok["switch_aware"].all() and ok["flagged"].all()
+    assert (~ok["corrected"]).all() and (~ok["derailed"]).all() and (ok["reason"] == "it names the swap").all()
+    assert '"confidence": 0.75' in ok["raw_reply"].iloc[0]
+    unknown = j[prose]
+    assert len(unknown) and unknown["abstained"].all() and (unknown["attempts"] == 2).all() and unknown[["flagged", "switch_aware"]].isna().all().all()
+    v = jury_store.load_verdicts(run)
+    assert v[v["substitute"] != odd]["switch_aware"].all() and (v["prompt_variant"] == variant).all()
+    meta = json.loads((run / jury_store.JURY_META).read_text())
+    assert meta["prompt_variant"] == variant and meta["prompt_file"] == str(prompt_file)
+    # the shipped prompts and a prompt file are separate flags
+    clash = sleight("tamper", "judge", "--run", str(run), "--jury", "x", "--prompt", "no-answers", "--prompt-file", str(prompt_file), check=False)
+    assert clash.returncode == 2 and "not allowed with argument" in clash.stderr
