@@ -243,6 +243,4 @@ def test_bad_items_fail_before_the_model_loads(tmp_path, capsys):
 
 
 def _fixture(name: str) -> str:
-    from sleight.cli.readout_downstream import _fixture as path
-
-    return path(name)
+    return str(fp.DEFAULT_ITEMS.parent / name)

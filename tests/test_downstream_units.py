@@ -98,9 +98,7 @@ def test_fixture_loaders_and_limits():
 
 
 def fp_fixture(name: str) -> str:
-    from sleight.cli.readout_downstream import _fixture
-
-    return _fixture(name)
+    return str(fp.DEFAULT_ITEMS.parent / name)
 
 
 @pytest.mark.parametrize(

@@ -137,9 +137,9 @@ def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
     result = run_audit(model, items, tmp_path, AuditConfig(preset="ptrue", variants=("original",), max_new_tokens=4), show_progress=False)
     rows = pq.read_table(tmp_path / "ptrue.parquet").to_pylist()
     assert [r["readout"] for r in rows] == list(READOUT_NAMES) * 2
-    from sleight.cli.readout_downstream import _fixture
+    from sleight.readout.ptrue.answers import DEFAULT_ITEMS
 
-    qa = load_qa_items(_fixture("qa_items.jsonl"), limit=1)
+    qa = load_qa_items(DEFAULT_ITEMS, limit=1)
     want = run_ptrue(model, qa, settings=("constructed",), continuation_tokens=4)
     assert len(rows) == len(want)
     for got, exp in zip(rows, want):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from sleight.cli.common import add_model_args, model_from_args
 from sleight.errors import UserError
@@ -33,32 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_forecast_readouts(args: argparse.Namespace) -> int:
     from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items
-    from sleight.readout.forecast.readouts import ALT_STEM, check_alt_template
+    from sleight.readout.forecast.readouts import load_alt_template, run_forecast_readouts
 
-    items = load_race_items(args.items or DEFAULT_ITEMS, limit=args.limit)
-    template = None
-    if args.template:
-        path = Path(args.template)
-        if not path.is_file():
-            raise UserError(f"template file not found: {path}")
-        template = check_alt_template(path.read_text(encoding="utf-8"), path.name)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
-    model = model_from_args(args)
-    from sleight.readout.audit.report import dumps
-    from sleight.readout.forecast.pipeline import run_forecast
-    from sleight.readout.forecast.readouts import extra_readouts, render_markdown, summarise_readouts
-
-    rows = run_forecast(model, items, status=lambda m: print(m, flush=True))
-    records = extra_readouts(model, items, rows, template=template, stem=args.template_stem or ALT_STEM)
-    summary = summarise_readouts(records, B=args.bootstrap)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "forecast_readouts.json").write_text(dumps({"model": model.info.as_dict(), "records": records, "summary": summary}), encoding="utf-8")
-    (out / "forecast_readouts.md").write_text(render_markdown(summary), encoding="utf-8")
-    print(f"forecast readouts -> {out} ({summary['n_scored']} of {summary['n_items']} items scored)")
+    items = load_race_items(args.items or DEFAULT_ITEMS, limit=args.limit)
+    template = load_alt_template(args.template)
+    summary = run_forecast_readouts(
+        model_from_args(args), items, args.out, template=template, stem=args.template_stem, B=args.bootstrap, status=lambda m: print(m, flush=True)
+    )
+    print(f"forecast readouts -> {args.out} ({summary['n_scored']} of {summary['n_items']} items scored)")
     return 0
-
-
-def load(out_dir: str) -> dict:
-    return json.loads((Path(out_dir) / "forecast_readouts.json").read_text(encoding="utf-8"))

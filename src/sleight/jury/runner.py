@@ -8,7 +8,6 @@ Instrument-neutral: the caller says how a vote becomes a stored row and where ro
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from sleight.jury.ballot import Ballot
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import Juror
 from sleight.jury.slots import MASS_FLOOR
+from sleight.progress import SweepProgress
 
 
 @dataclass
@@ -109,43 +109,29 @@ def run_juror(
     ``collect(i, vote)`` stores the row of case ``i`` in a bucket and returns the bucket's key;
     ``commit(key)`` writes that bucket's pending rows and returns how many it wrote. A bucket is
     committed as soon as it holds ``batch`` rows, and every bucket once at the end (even after an
-    error). Progress: a bar on a terminal, one plain line per commit elsewhere.
+    error). Progress (:class:`sleight.progress.SweepProgress`): a bar on a terminal, one plain line per commit elsewhere.
     """
     stats.vote = judge.mode
     start = time.perf_counter()
-    desc = f"judge {short(stats.juror)} ({judge.mode})"
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(conversations), desc=desc, unit="vote", dynamic_ncols=True)
+    prog = SweepProgress(len(conversations), unit="vote", desc=f"judge {short(stats.juror)} ({judge.mode})", enabled=progress, tokens=False)
     pending: dict[Hashable, int] = {}
-
-    def report(committed: bool) -> None:
-        elapsed = time.perf_counter() - start
-        rate = stats.asked / elapsed if elapsed > 0 else 0.0
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(abstained=stats.abstained, votes_s=f"{rate:.2f}")
-        elif progress and committed:
-            print(f"{desc}: {stats.asked}/{len(conversations)} votes, {stats.abstained} abstained, {rate:.2f} votes/s", file=sys.stderr, flush=True)
-
     try:
         for i, cast in judge.cast(conversations, ballot, max_tokens=max_tokens):
             bucket = collect(i, cast)
             stats.count(cast)
             pending[bucket] = pending.get(bucket, 0) + 1
-            full = pending[bucket] >= max(batch, 1)
-            if full:
+            prog.advance(1)
+            if pending[bucket] >= max(batch, 1):
                 commit(bucket)
                 pending[bucket] = 0
-            report(full or stats.asked == len(conversations))
+                prog.finish_item(0, f"{stats.asked} asked, {stats.abstained} abstained")
     finally:
         for bucket, n in pending.items():
             if n:
                 commit(bucket)
-        if bar is not None:
-            bar.close()
+        if stats.asked and any(pending.values()):
+            prog.finish_item(0, f"{stats.asked} asked, {stats.abstained} abstained")
+        prog.close()
         stats.seconds += time.perf_counter() - start
 
 

@@ -1,173 +1,38 @@
-"""Reports of the downstream commands: Markdown and HTML from one list of blocks, and PNG plots.
+"""Reports of the downstream commands (forecast, P(True)): blocks of :mod:`sleight.render`, and PNG plots.
 
-A report is built as a list of blocks (heading, paragraph, table, figure, code) from the summary
-dictionary and the per-row readings; the same blocks render to Markdown and to a self-contained
-HTML page (figures embedded), so the two never disagree. :func:`roc_points` is the only maths here.
+A report is built as a :class:`sleight.render.Report` (heading, paragraph, table, figure, code
+blocks) from the summary dictionary and the per-row readings; :mod:`sleight.render` renders the
+same blocks to Markdown and to a self-contained HTML page (figures embedded), with its one cell
+formatter, and both files are written atomically. :func:`roc_points` is the only maths here;
+:func:`forecast_lines` and :func:`ptrue_lines` are what the commands print.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-# ---------------------------------------------------------------------------------------------
-# blocks and rendering
-# ---------------------------------------------------------------------------------------------
+from sleight import rundir
+from sleight.render import MISSING, Code, Figure, Heading, Para, Report, Table, fmt, interval, to_html, to_markdown, top_count
 
-
-@dataclass(frozen=True)
-class Heading:
-    text: str
-    level: int = 2
-
-
-@dataclass(frozen=True)
-class Para:
-    text: str
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: Sequence[str]
-    rows: Sequence[Sequence[str]]
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Figure:
-    file: str  # relative to the report's folder
-    caption: str
-
-
-@dataclass(frozen=True)
-class Code:
-    text: str
-
-
-@dataclass
-class Report:
-    title: str
-    blocks: list[Any] = field(default_factory=list)
-
-    def add(self, *blocks: Any) -> None:
-        self.blocks.extend(blocks)
-
-
-def to_markdown(report: Report) -> str:
-    out = [f"# {report.title}", ""]
-    for b in report.blocks:
-        if isinstance(b, Heading):
-            out += [f"{'#' * b.level} {b.text}", ""]
-        elif isinstance(b, Para):
-            out += [b.text, ""]
-        elif isinstance(b, Table):
-            def cells(row: Sequence[Any]) -> str:
-                return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
-
-            out += [cells(b.headers), "|" + "|".join("---" for _ in b.headers) + "|", *(cells(r) for r in b.rows), ""]
-            if b.note:
-                out += [b.note, ""]
-        elif isinstance(b, Figure):
-            out += [f"![{b.caption}]({b.file})", "", f"*{b.caption}*", ""]
-        elif isinstance(b, Code):
-            fence = "````" if "```" in b.text else "```"
-            out += [fence, b.text, fence, ""]
-    return "\n".join(out).rstrip() + "\n"
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:68rem;margin:2rem auto;padding:0 1rem;color:#222;line-height:1.45}
-table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.92rem}
-th,td{border:1px solid #ccc;padding:.25rem .55rem;text-align:right;vertical-align:top}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
-figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}img{max-width:100%}
-.note{font-size:.9rem;color:#555}
-"""
-
-
-def _inline(text: str) -> str:
-    """Escape, then the two Markdown marks the reports use: `code` and **bold**."""
-    import re
-
-    s = html.escape(text)
-    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
-
-
-def to_html(report: Report, folder: Path | None = None) -> str:
-    """A standalone page; figures found in ``folder`` are embedded as data URIs."""
-    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{html.escape(report.title)}</title>", f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(report.title)}</h1>"]
-    for b in report.blocks:
-        if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
-        elif isinstance(b, Para):
-            out.append(f"<p>{_inline(b.text)}</p>")
-        elif isinstance(b, Table):
-            head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.headers)
-            body = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in r) + "</tr>" for r in b.rows)
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-            if b.note:
-                out.append(f'<p class="note">{_inline(b.note)}</p>')
-        elif isinstance(b, Figure):
-            src = b.file
-            path = (folder / b.file) if folder else None
-            if path is not None and path.is_file():
-                src = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-            out.append(f'<figure><img src="{src}" alt="{html.escape(b.caption)}"><figcaption>{html.escape(b.caption)}</figcaption></figure>')
-        elif isinstance(b, Code):
-            out.append(f"<pre>{html.escape(b.text)}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+__all__ = ["Code", "Figure", "Heading", "Para", "Report", "Table", "forecast_report", "ptrue_report", "write_report"]
 
 
 def write_report(report: Report, folder: Path) -> tuple[Path, Path]:
+    """report.md and report.html of ``report``, each written atomically."""
     md, page = folder / "report.md", folder / "report.html"
-    md.write_text(to_markdown(report), encoding="utf-8")
-    page.write_text(to_html(report, folder), encoding="utf-8")
+    rundir.write_text(md, to_markdown(report))
+    rundir.write_text(page, to_html(report, folder))
     return md, page
 
 
-# ---------------------------------------------------------------------------------------------
-# number formatting
-# ---------------------------------------------------------------------------------------------
-
-
-def num(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return str(int(x))
-    return f"{float(x):.{digits}f}"
-
-
-def with_ci(d: Mapping[str, Any] | None, key: str = "estimate", low: str = "low", high: str = "high", digits: int = 3) -> str:
-    """``0.612 [0.401, 0.800]``; "n/a (one class)" when the metric is undefined."""
-    if not d or d.get(key) is None:
-        return "n/a (undefined: one class only)"
-    if d.get(low) is None:
-        return num(d[key], digits)
-    return f"{num(d[key], digits)} [{num(d[low], digits)}, {num(d[high], digits)}]"
-
-
-def top_count(c: Mapping[str, int] | None) -> str:
-    """``answer_letter 27/28`` -- the most common value and its share."""
-    if not c:
-        return "n/a"
-    total = sum(c.values())
-    key = next(iter(c))
-    return f"{key} {c[key]}/{total}"
-
-
-def all_counts(c: Mapping[str, int] | None) -> str:
-    return ", ".join(f"{k} {v}" for k, v in (c or {}).items()) or "n/a"
+def _ci(d: Mapping[str, Any] | None, key: str = "estimate") -> str:
+    """``0.612 [0.401, 0.800]``; the missing mark when the metric is undefined (one class only)."""
+    return interval(d, key=key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +71,7 @@ def plot_roc(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
     ax.plot([0, 1], [0, 1], color="#999", lw=1, ls="--", label="chance")
     for name, (scores, labels, auc) in curves.items():
         fpr, tpr = roc_points(scores, labels)
-        ax.plot(fpr, tpr, lw=1.8, marker="o", ms=2.5, label=f"{name} (AUROC {num(auc, 2)})")
+        ax.plot(fpr, tpr, lw=1.8, marker="o", ms=2.5, label=f"{name} (AUROC {fmt(auc, digits=2)})")
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
     ax.set_xlim(-0.01, 1.01)
@@ -252,6 +117,7 @@ def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequen
 # the two reports
 # ---------------------------------------------------------------------------------------------
 
+UNDEFINED = f"{MISSING}: undefined (the target has one class only)."
 CAVEAT = (
     "The default model is SmolLM2-135M-Instruct, a 135M-parameter model: these numbers say what the "
     "pipeline measures on it, on a few dozen project-written items, not what a capable model does. "
@@ -263,12 +129,12 @@ def _run_table(meta: Mapping[str, Any]) -> Table:
     info = meta.get("model", {})
     rows = [
         ["model", f"{info.get('model_id', '?')} ({info.get('engine', '?')}, {info.get('dtype', '?')}, {info.get('device', '?')})"],
-        ["model file sha256", str(info.get("revision", ""))[:16] or "n/a"],
-        ["chat template sha256", str(info.get("chat_template_sha256", ""))[:16] or "n/a"],
+        ["model file sha256", str(info.get("revision", ""))[:16] or MISSING],
+        ["chat template sha256", str(info.get("chat_template_sha256", ""))[:16] or MISSING],
         ["items", f"{meta.get('items', '?')} ({meta.get('n_items', '?')} used)"],
         ["bootstrap", f"B = {meta.get('B')}, seed {meta.get('seed')}, percentile intervals"],
         ["command", f"`{meta.get('command', '')}`"],
-        ["wall time", f"{num(meta.get('seconds'), 1)} s"],
+        ["wall time", f"{fmt(meta.get('seconds'), digits=1)} s"],
     ]
     return Table(["", "value"], rows)
 
@@ -285,7 +151,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         Para(
             f"For each item the model wrote a note about the passage (greedy, cut to {summary['notes']['max_words']} words; "
             f"{summary['notes']['truncated']} of {summary['n_items']} notes were cut, mean length before the cut "
-            f"{num(summary['notes']['mean_raw_words'], 1)} words). Then, reading only the note and the quoted item, it picked "
+            f"{fmt(summary['notes']['mean_raw_words'], digits=1)} words). Then, reading only the note and the quoted item, it picked "
             "the option A-D with the highest full-sequence log-probability: that reader's correctness against the gold letter "
             "is the target. Finally it was asked to forecast how many of 100 such readers answer correctly, read at the "
             "original position (after the generation prompt) and at the stemmed position "
@@ -299,12 +165,12 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         Table(
             ["option strings", "accuracy", "choices", "median option mass", "below floor"],
             [
-                ["unspaced `A`..`D` (target)", num(rd["accuracy"]), all_counts(rd["choices"]), num(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
-                ["spaced ` A`..` D`", num(rd["accuracy_spaced"]), all_counts(rd["choices_spaced"]), num(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
+                ["unspaced `A`..`D` (target)", fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
+                ["spaced ` A`..` D`", fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
             ],
             note=(
                 f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "
-                f"(agreement {num(rd['spaced_unspaced_agreement'])}). Gold letters: {all_counts(rd['gold'])}."
+                f"(agreement {fmt(rd['spaced_unspaced_agreement'])}). Gold letters: {fmt(rd['gold'])}."
             ),
         ),
     )
@@ -316,11 +182,11 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
             [
                 [
                     p,
-                    with_ci(pos[p]["auroc"]),
-                    with_ci(pos[p]["brier"]),
-                    num(pos[p]["mean_forecast"]),
-                    num(pos[p]["mass"]["median"], 4),
-                    num(pos[p]["mass"]["min"], 4),
+                    _ci(pos[p]["auroc"]),
+                    _ci(pos[p]["brier"]),
+                    fmt(pos[p]["mean_forecast"]),
+                    fmt(pos[p]["mass"]["median"], digits=4),
+                    fmt(pos[p]["mass"]["min"], digits=4),
                     f"{pos[p]['mass']['below_floor']}/{pos[p]['mass']['n']}",
                     top_count(pos[p]["argmax_class"]),
                     top_count(pos[p]["continuation_class"]),
@@ -329,9 +195,10 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
             ],
             note=(
                 f"Scored on {summary['n_scored']} items in {summary['n_clusters']} passage clusters. Brier references: a constant "
-                f"forecast of 0.5 scores {num(summary['brier_reference']['constant_0.5'])}; the in-sample base rate "
-                f"({num(summary['brier_reference']['base_rate_value'])}) scores {num(summary['brier_reference']['base_rate'])}. "
-                "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5)."
+                f"forecast of 0.5 scores {fmt(summary['brier_reference']['constant_0.5'])}; the in-sample base rate "
+                f"({fmt(summary['brier_reference']['base_rate_value'])}) scores {fmt(summary['brier_reference']['base_rate'])}. "
+                "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5). "
+                f"{UNDEFINED}"
             ),
         ),
     )
@@ -341,7 +208,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         Table(
             ["metric", "stem", "original", "gain (positive = stem better)", "95% CI of the gain"],
             [
-                [m, num((g[m] or {}).get("estimate_a")), num((g[m] or {}).get("estimate_b")), num((g[m] or {}).get("gain")), f"[{num((g[m] or {}).get('gain_low'))}, {num((g[m] or {}).get('gain_high'))}]"]
+                [m, fmt((g[m] or {}).get("estimate_a")), fmt((g[m] or {}).get("estimate_b")), fmt((g[m] or {}).get("gain")), f"[{fmt((g[m] or {}).get('gain_low'))}, {fmt((g[m] or {}).get('gain_high'))}]"]
                 for m in ("auroc", "brier")
             ],
             note="Both positions are resampled on the same replicates, whole passages at a time (clusters = passages; one item per passage makes them items).",
@@ -366,7 +233,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         rep.add(
             Heading(f"Worked example: item {r0['item_id']}"),
             Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary['notes']['max_words'])} kept): {r0['note']}"),
-            Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else 'n/a'}."),
+            Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else MISSING}."),
             Table(
                 ["position", "rendered ending", "top next tokens", "option mass", "p(10..90)", "forecast p_S", "continuation"],
                 [
@@ -374,9 +241,9 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                         r["position"],
                         f"`{(r.get('context_tail') or '')[-48:]!r}`",
                         ", ".join(f"{t['token']!r} {t['prob']:.2f}" for t in (r.get("top_tokens") or [])[:4]),
-                        num(r["option_mass"], 4),
+                        fmt(r["option_mass"], digits=4),
                         " / ".join(f"{p:.2f}" for p in (r.get("option_probs") or [])),
-                        num(r["score"]),
+                        fmt(r["score"]),
                         f"{r.get('continuation')!r}",
                     ]
                     for r in ex
@@ -418,7 +285,7 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
     )
     for setting, s in summary["settings"].items():
         rep.add(Heading(f"Setting: {setting}"))
-        rep.add(Para(f"{s['n_pairs']} pairs in {s['n_clusters']} clusters; {s['n_correct']} labelled correct ({num(s['rate_correct'])})."))
+        rep.add(Para(f"{s['n_pairs']} pairs in {s['n_clusters']} clusters; {s['n_correct']} labelled correct ({fmt(s['rate_correct'])})."))
         rep.add(
             Table(
                 ["readout", "n", "AUROC [95% CI]", "PRR [95% CI]", "options", "median mass", "below floor", "argmax class", "argmax token", "continuation"],
@@ -426,10 +293,10 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
                     [
                         READOUT_LABELS[r],
                         str(s["readouts"][r]["n_scored"]),
-                        with_ci(s["readouts"][r]["auroc"]),
-                        with_ci(s["readouts"][r]["prr"]),
+                        _ci(s["readouts"][r]["auroc"]),
+                        _ci(s["readouts"][r]["prr"]),
                         " / ".join(f"`{o}`" for o in s["readouts"][r]["options"]),
-                        num(s["readouts"][r]["mass"]["median"], 4),
+                        fmt(s["readouts"][r]["mass"]["median"], digits=4),
                         f"{s['readouts'][r]['mass']['below_floor']}/{s['readouts'][r]['mass']['n']}",
                         top_count(s["readouts"][r]["argmax_class"]),
                         top_count(s["readouts"][r]["argmax_token"]),
@@ -437,7 +304,10 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
                     ]
                     for r in READOUTS
                 ],
-                note="Library and Renormalised share one scored position, so their mass and argmax are the same; mass is over the readout's own options' distinct first tokens (floor 0.5).",
+                note=(
+                    "Library and Renormalised share one scored position, so their mass and argmax are the same; mass is over the "
+                    f"readout's own options' distinct first tokens (floor 0.5). {UNDEFINED}"
+                ),
             )
         )
         rep.add(
@@ -446,8 +316,8 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
                 [
                     [
                         READOUT_LABELS[r],
-                        with_ci(s["vs_library"][r]["auroc"], "diff"),
-                        with_ci(s["vs_library"][r]["prr"], "diff"),
+                        _ci(s["vs_library"][r]["auroc"], "diff"),
+                        _ci(s["vs_library"][r]["prr"], "diff"),
                     ]
                     for r in READOUTS
                     if r != "library"
@@ -475,8 +345,44 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
             rep.add(
                 Table(
                     ["item", "model's answer", "matched", "label", "Library P(True)"],
-                    [[x["item_id"], (x["answer"][:90] + ("..." if len(x["answer"]) > 90 else "")), str(x["matched"]), str(int(x["label"])), num(x["library_prob"])] for x in lib],
+                    [[x["item_id"], (x["answer"][:90] + ("..." if len(x["answer"]) > 90 else "")), str(x["matched"]), str(int(x["label"])), fmt(x["library_prob"])] for x in lib],
                     note="The first answers of this setting (all are in readings.parquet).",
                 )
             )
     return rep
+
+
+# ---------------------------------------------------------------------------------------------
+# what the commands print
+# ---------------------------------------------------------------------------------------------
+
+
+def _gain(d: Mapping[str, Any] | None) -> str:
+    if not d or d.get("gain") is None:
+        return MISSING
+    return f"{fmt(d['gain'])} [{fmt(d.get('gain_low'))}, {fmt(d.get('gain_high'))}]"
+
+
+def forecast_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The forecast run in a few lines: the reader, each position, the gain."""
+    rd, pos, g = summary["reader"], summary["positions"], summary["gain"]
+    lines = [f"reader accuracy {fmt(rd['accuracy'])} (spaced {fmt(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})"]
+    for p in ("original", "stem"):
+        lines.append(f"{p:>8}: AUROC {interval(pos[p]['auroc'])}  Brier {interval(pos[p]['brier'])}  median mass {fmt(pos[p]['mass']['median'])}")
+    lines.append(f"stem - original: AUROC gain {_gain(g['auroc'])}  Brier gain {_gain(g['brier'])}  (constant-0.5 Brier 0.250)")
+    return lines
+
+
+def ptrue_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The P(True) run in a few lines: per setting, each readout's AUROC, PRR, mass and argmax."""
+    from sleight.readout.ptrue.readouts import READOUT_LABELS
+
+    lines = []
+    for setting, st in summary["settings"].items():
+        lines.append(f"[{setting}] {st['n_pairs']} pairs, {st['n_correct']} correct")
+        for r, d in st["readouts"].items():
+            lines.append(
+                f"  {READOUT_LABELS[r]:<16} AUROC {interval(d['auroc'])}  PRR {interval(d['prr'])}  median mass {fmt(d['mass']['median'])}  "
+                f"argmax {next(iter(d['argmax_class']), MISSING)}"
+            )
+    return lines

@@ -27,6 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleight import rundir
+from sleight.backends import DEFAULT_MODEL, LanguageModel, default_dtype
+from sleight.errors import UserError
+from sleight.progress import SweepProgress
 from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
 from sleight.readout.ptrue.readouts import POSITION_KEYS
 from sleight.rundir import RunDir
@@ -34,6 +37,7 @@ from sleight.rundir import RunDir
 PARTS = "parts"
 READINGS = "readings.parquet"
 DEFAULT_CHUNK = 8  # items per committed part
+DEFAULT_BATCH_SIZE = 64  # rows per forward pass of the model the commands load
 
 
 def _measured(names: Sequence[str]) -> list[pa.Field]:
@@ -111,6 +115,7 @@ class Pipeline:
     rows_per_item: Callable[[Any], int]
     order: Callable[[Mapping[str, Any], Mapping[str, int]], tuple]  # sort key of a row, given item index by id
     group: Callable[[Any], str] | None = None  # items with one group key are never split across parts
+    token_budget: Callable[[list[Any]], int] | None = None  # most tokens a chunk's greedy decoding can write (progress)
 
 
 def plan_chunks(groups: Sequence[str], size: int) -> list[list[int]]:
@@ -153,14 +158,14 @@ def run_pipeline(
     extra: Mapping[str, Any] | None = None,
     chunk: int = DEFAULT_CHUNK,
     overwrite: bool = False,
-    status: Callable[[str], None] | None = None,
+    progress: SweepProgress | None = None,
 ) -> RunResult:
     """Run (or resume) ``pipeline`` over ``items`` into ``out``; returns the merged rows in order.
 
     The config is checked before ``load_model`` is called, and the model is loaded only when some
-    chunk is left to do.
+    chunk is left to do. ``progress`` counts items: the resumed ones at once, then a chunk at a time.
     """
-    say = status or (lambda _m: None)
+    prog = progress or SweepProgress(len(items), unit="item", enabled=False)
     run = RunDir(out, pipeline.kind)
     run.check(config, overwrite=overwrite)
     parts = run.parts(PARTS, pipeline.schema)
@@ -182,16 +187,21 @@ def run_pipeline(
     todo = [c for c in plan if chunk_key(c) not in done]
     resumed = sum(len(c) for c in plan if chunk_key(c) in done)
     if resumed:
-        say(f"{resumed} of {len(items)} items already done in {out}")
+        prog.already_done(resumed)
+        prog.status(f"{resumed} of {len(items)} items already done in {out}")
     if todo:
+        prog.status("loading the model")
         model = load_model()
         session = run.open(config, model.info.as_dict(), units=len(items), extra=extra)
         completed = False
         try:
             for c in todo:
-                rows = pipeline.work(model, [items[i] for i in c], list(c))
+                chunk_items = [items[i] for i in c]
+                prog.start_item(f"part {chunk_key(c)}", pipeline.token_budget(chunk_items) if pipeline.token_budget else None)
+                rows = pipeline.work(model, chunk_items, list(c))
                 parts.write(chunk_key(c), rundir.table_from_rows(rows, pipeline.schema), tmp_dir=session.tmp_dir)
                 session.committed(len(c))
+                prog.finish_item(len(c))
             completed = True
         finally:
             session.finish(completed)
@@ -213,8 +223,6 @@ def _ordered(paths: Sequence[Path], pipeline: Pipeline, index: Mapping[str, int]
 
 def read_readings(out: Path | str, kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The rows and the manifest of a finished run (``--rescore``); one line when there are none."""
-    from sleight.errors import UserError
-
     run = RunDir(out, kind)
     manifest = run.require(f"--rescore needs a finished run of 'sleight readout {kind}' in it")
     path = Path(out) / READINGS
@@ -230,3 +238,265 @@ def work_seconds(manifest: Mapping[str, Any]) -> float | None:
     """Wall time of the sessions that did model work, summed (None before any finished)."""
     spans = [float(s["seconds"]) for s in manifest.get("sessions") or [] if s.get("new_units") and s.get("seconds") is not None]
     return sum(spans) if spans else None
+
+
+# ------------------------------------------------------------------------------------------------
+# the two commands as library calls
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    """What a downstream command takes besides the model object (``sleight readout forecast|ptrue``
+    builds it from its flags; Python builds it directly). ``model``, ``engine`` and ``dtype`` name the
+    model (``dtype=None``: the engine's own, recorded resolved); ``items`` is a JSONL file (None: the
+    shipped fixture); ``B`` and ``seed`` only score, so a rerun with others rescores the same readings."""
+
+    KIND = ""
+
+    model: str = DEFAULT_MODEL
+    engine: str = "hf"
+    dtype: str | None = None
+    items: str | None = None
+    limit: int | None = None
+    continuation_tokens: int = 16
+    chunk: int = DEFAULT_CHUNK
+    B: int = 20000
+    seed: int = 0
+
+    @property
+    def weights_dtype(self) -> str:
+        return self.dtype or default_dtype(self.engine)
+
+    def check(self) -> None:
+        """One line naming the flag for a value that cannot run (before any item or model is read)."""
+        if self.B < 1:
+            raise UserError(f"--B must be a positive number of replicates, got {self.B}")
+        if self.limit is not None and self.limit < 1:
+            raise UserError(f"--limit must be at least 1, got {self.limit}")
+        for name in ("continuation_tokens", "chunk", *self._counts()):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+    def _counts(self) -> tuple[str, ...]:
+        return ()
+
+    def _own(self) -> dict[str, Any]:
+        """The kind's own settings, in the manifest's config and the command line."""
+        return {}
+
+    def record(self, items_path: str, items: Sequence[Any]) -> dict[str, Any]:
+        """The manifest's config: what decides the readings (a resume with another value is refused)."""
+        return {
+            "model": self.model,
+            "engine": self.engine,
+            "dtype": self.weights_dtype,
+            "items": {"path": items_path, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])},
+            "limit": self.limit,
+            "continuation_tokens": self.continuation_tokens,
+            "chunk": self.chunk,
+            **self._own(),
+        }
+
+    def command(self, out: Path | str, items_path: str) -> str:
+        """The command line that reproduces this run: every setting that decides the readings or the
+        scores, spelled out."""
+        import shlex
+
+        parts = ["sleight", "readout", self.KIND, "--model", self.model, "--engine", self.engine, "--dtype", self.weights_dtype]
+        parts += ["--items", items_path, "--out", str(out)]
+        if self.limit is not None:
+            parts += ["--limit", str(self.limit)]
+        parts += ["--B", str(self.B), "--seed", str(self.seed), "--continuation-tokens", str(self.continuation_tokens), "--chunk", str(self.chunk)]
+        for k, v in self._own().items():
+            if isinstance(v, bool):
+                parts += [] if v else [f"--no-{k.replace('_', '-')}"]
+            else:
+                parts += [f"--{k.replace('_', '-')}", str(v)]
+        return " ".join(shlex.quote(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class ForecastConfig(DownstreamConfig):
+    """``sleight readout forecast``: notes cut to ``note_words`` words, written within ``note_tokens``."""
+
+    KIND = "forecast"
+
+    note_words: int = 32
+    note_tokens: int = 64
+
+    def _counts(self) -> tuple[str, ...]:
+        return ("note_words", "note_tokens")
+
+    def _own(self) -> dict[str, Any]:
+        return {"note_words": self.note_words, "note_tokens": self.note_tokens}
+
+
+@dataclass(frozen=True)
+class PTrueConfig(DownstreamConfig):
+    """``sleight readout ptrue``: ``answers`` own | constructed | both; ``instruct=False``: raw prompts."""
+
+    KIND = "ptrue"
+
+    answers: str = "both"
+    max_new_tokens: int = 32
+    instruct: bool = True
+
+    def _counts(self) -> tuple[str, ...]:
+        return ("max_new_tokens",)
+
+    def _own(self) -> dict[str, Any]:
+        return {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
+
+
+@dataclass
+class DownstreamResult:
+    """A finished downstream run: its folder, the readings, summary.json's content, the manifest."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    new_items: int = 0
+    resumed_items: int = 0
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.out / n for n in ("report.md", "report.html", "summary.json", READINGS)]
+
+
+def _forecast_pipeline(config: ForecastConfig, all_items: Sequence[Any], prog: SweepProgress) -> Pipeline:
+    from sleight.readout.forecast import pipeline as fp
+    from sleight.stats.downstream import cluster_codes
+
+    clusters = cluster_codes([it.passage for it in all_items])  # over the whole run, not per part
+
+    def work(model: Any, items: list[Any], indices: list[int]) -> list[dict[str, Any]]:
+        return fp.run_forecast(
+            model, items, max_words=config.note_words, note_max_new_tokens=config.note_tokens,
+            continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
+            clusters=[int(clusters[i]) for i in indices],
+        )
+
+    return Pipeline(
+        "forecast", FORECAST_SCHEMA, work, rows_per_item=lambda _it: len(fp.POSITIONS),
+        order=lambda r, index: (index[r["item_id"]], fp.POSITIONS.index(r["position"])), group=lambda it: it.passage,
+        token_budget=lambda items: len({it.passage for it in items}) * config.note_tokens,
+    )
+
+
+def _ptrue_pipeline(config: PTrueConfig, _all_items: Sequence[Any], prog: SweepProgress) -> Pipeline:
+    from sleight.readout.ptrue import pipeline as pp
+    from sleight.readout.ptrue.readouts import READOUT_NAMES
+
+    settings = pp.parse_settings(config.answers)
+    sources = ("own", "gold", "wrong")
+
+    def rows_per_item(it: Any) -> int:
+        pairs = ("own" in settings) + (len(pp.constructed_pairs([it])) if "constructed" in settings else 0)
+        return pairs * len(READOUT_NAMES)
+
+    def order(r: Mapping[str, Any], index: Mapping[str, int]) -> tuple:
+        return (pp.SETTINGS.index(r["setting"]), index[r["item_id"]], sources.index(r["answer_source"]), READOUT_NAMES.index(r["readout"]))
+
+    def work(model: Any, items: list[Any], _indices: list[int]) -> list[dict[str, Any]]:
+        return pp.run_ptrue(
+            model, items, settings=settings, instruct=config.instruct, max_new_tokens=config.max_new_tokens,
+            continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
+        )
+
+    return Pipeline(
+        "ptrue", PTRUE_SCHEMA, work, rows_per_item, order,
+        token_budget=lambda items: len(items) * config.max_new_tokens if "own" in settings else 0,
+    )
+
+
+def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[..., dict[str, Any]], Callable[..., Any]]:
+    """(load items, default items file, summarise, build the report) of a downstream kind."""
+    from sleight.readout import downstream_report as rep
+
+    if kind == "forecast":
+        from sleight.readout.forecast import pipeline as fp
+
+        return fp.load_race_items, fp.DEFAULT_ITEMS, fp.summarise, rep.forecast_report
+    from sleight.readout.ptrue import pipeline as pp
+    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
+
+    return load_qa_items, DEFAULT_ITEMS, pp.summarise, rep.ptrue_report
+
+
+def _meta(manifest: Mapping[str, Any], seconds: float | None, B: int, seed: int) -> dict[str, Any]:
+    """The run's description in summary.json and the report."""
+    keep = {k: manifest.get(k) for k in ("kind", "command", "items", "n_items", "model")}
+    if manifest.get("kind") == "ptrue":  # the rendering of the prompt (lm-polygraph's instruct flag)
+        keep["instruct"] = (manifest.get("config") or {}).get("instruct", True)
+    return {**keep, "seconds": seconds, "B": B, "seed": seed}
+
+
+def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[dict[str, Any]], B: int, seed: int) -> dict[str, Any]:
+    """summary.json and the reports from the rows (the bootstrap runs here, no model needed)."""
+    from sleight.readout.downstream_report import write_report
+
+    _load, _default, summarise, build_report = _kind_parts(kind)
+    meta = _meta(manifest, manifest.get("seconds", work_seconds(manifest)), B, seed)
+    summary = {**meta, **summarise(rows, B=B, seed=seed)}
+    rundir.write_json(out / "summary.json", summary)
+    write_report(build_report(summary, rows, meta, out), out)
+    return summary
+
+
+def load_downstream_items(config: DownstreamConfig) -> tuple[str, list[Any]]:
+    """The items file (``config.items`` or the shipped fixture) and its validated items (no model)."""
+    load, default, _summarise, _report = _kind_parts(config.KIND)
+    path = config.items or str(default)
+    return path, load(path, config.limit)
+
+
+def run_downstream(
+    config: DownstreamConfig,
+    out: Path | str,
+    *,
+    load_model: Callable[[], LanguageModel] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    items: tuple[str, list[Any]] | None = None,
+) -> DownstreamResult:
+    """Items -> model work, resumable, into ``out`` -> readings.parquet, summary.json, report.md/.html
+    and the plots: what ``sleight readout forecast`` (a :class:`ForecastConfig`) or ``sleight readout
+    ptrue`` (a :class:`PTrueConfig`) does.
+
+    ``load_model`` loads the model when work is left (default: ``config``'s model on its engine and
+    dtype, :data:`DEFAULT_BATCH_SIZE` rows per pass, as the commands load it); ``items``: the (path, items) of :func:`load_downstream_items` when already loaded.
+    """
+    config.check()
+    items_path, found = items if items is not None else load_downstream_items(config)
+    kind, out = config.KIND, Path(out)
+    builder = _forecast_pipeline if isinstance(config, ForecastConfig) else _ptrue_pipeline
+    prog = SweepProgress(len(found), unit="item", desc=f"readout {kind}", enabled=progress)
+    if load_model is None:
+        from sleight.backends import load_model as load
+
+        def load_model() -> LanguageModel:
+            return load(config.model, engine=config.engine, dtype=config.weights_dtype, batch_size=DEFAULT_BATCH_SIZE)
+
+    extra = {"command": config.command(out, items_path), "items": items_path, "n_items": len(found)}
+    try:
+        result = run_pipeline(
+            builder(config, found, prog), found, out, config.record(items_path, found),  # type: ignore[arg-type]
+            load_model=load_model, extra=extra, chunk=config.chunk, overwrite=overwrite, progress=prog,
+        )
+        prog.status("scoring (bootstrap) and writing the report")
+    finally:
+        prog.close()
+    summary = _score_and_report(kind, out, result.manifest, result.rows, config.B, config.seed)
+    return DownstreamResult(out, result.rows, summary, result.manifest, result.new_items, result.resumed_items)
+
+
+def rescore(kind: str, out: Path | str, *, B: int = 20000, seed: int = 0) -> DownstreamResult:
+    """No model: summary.json and the reports again from a finished run's own readings and manifest
+    (another ``B`` or ``seed``, or a report that crashed): ``--rescore``."""
+    if B < 1:
+        raise UserError(f"--B must be a positive number of replicates, got {B}")
+    out = Path(out)
+    rows, manifest = read_readings(out, kind)
+    return DownstreamResult(out, rows, _score_and_report(kind, out, manifest, rows, B, seed), manifest)

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sleight import rundir
+from sleight.errors import UserError
 from sleight.readout.audit.checks import Check, variant_table
-from sleight.render import fmt, html_table, md_table
+from sleight.render import MISSING, fmt, html_table, interval, md_table, top_count
 
 VERDICT_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skipped": "SKIPPED"}
 _COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skipped": "#57606a"}
@@ -107,12 +109,10 @@ def _ptrue_rendering(section: dict[str, Any]) -> str:
 
 
 def _ptrue_rows(section: dict[str, Any]) -> list[list[Any]]:
-    from sleight.readout.downstream_report import top_count, with_ci
-
     rows = []
     for name, r in (section.get("readouts") or {}).items():
         mass = (r.get("mass") or {}).get("median")
-        rows.append([r.get("label", name), r.get("n_scored"), with_ci(r.get("auroc")), with_ci(r.get("prr")), " / ".join(r.get("options") or []), mass, top_count(r.get("argmax_class"))])
+        rows.append([r.get("label", name), r.get("n_scored"), interval(r.get("auroc")), interval(r.get("prr")), " / ".join(r.get("options") or []), mass, top_count(r.get("argmax_class"))])
     return rows
 
 
@@ -188,19 +188,52 @@ def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: dict[s
     """Write report.md and report.html (atomically) and return their paths."""
     out = Path(out_dir)
     md, page = out / "report.md", out / "report.html"
-    _atomic_write(md, render_markdown(manifest, summary, checks, extra_md))
-    _atomic_write(page, render_html(manifest, summary, checks, extra_html))
+    rundir.write_text(md, render_markdown(manifest, summary, checks, extra_md))
+    rundir.write_text(page, render_html(manifest, summary, checks, extra_html))
     return md, page
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    from sleight.rundir import write_text
+# ------------------------------------------------------------------------------------------------
+# two audits side by side (``sleight readout compare``)
+# ------------------------------------------------------------------------------------------------
 
-    write_text(path, text)
+COMPARE_KEYS = (
+    ("mass_median", "median mass"),
+    ("mass_below_floor", "below floor"),
+    ("mass_null", "no mass"),
+    ("answer_letter_rate", "letter rate"),
+    ("option_argmax_rate", "option argmax"),
+    ("on_task_rate", "on task"),
+    ("score_mean", "mean score"),
+)
 
 
-def dumps(obj: Any) -> str:
-    """JSON for summary/manifest files (NaN written as null)."""
-    from sleight.rundir import dumps as _dumps
+def load_summary(folder: Path) -> dict[str, Any]:
+    """An audit directory's summary.json; one line when there is none or it is damaged."""
+    path = Path(folder) / "summary.json"
+    if not path.is_file():
+        raise UserError(f"{folder} is not an audit directory (no summary.json)")
+    return rundir.read_json(path)
 
-    return _dumps(obj, indent=2)
+
+def _downstream(s: dict[str, Any]) -> str:
+    d = s.get("downstream")
+    return f"{d['metric']} {fmt(d['value'])}" if d else MISSING
+
+
+def compare_markdown(a: Path, b: Path) -> str:
+    """Two audits' variant tables side by side (values as ``a / b``), then their checks' verdicts."""
+    sa, sb = load_summary(a), load_summary(b)
+    va, vb = sa["variants"], sb["variants"]
+    head = ["variant", *[label for _, label in COMPARE_KEYS], "downstream"]
+    rows = []
+    for v in dict.fromkeys([*va, *vb]):
+        x, y = va.get(v, {}), vb.get(v, {})
+        rows.append([v, *[f"{fmt(x.get(k))} / {fmt(y.get(k))}" for k, _ in COMPARE_KEYS], f"{_downstream(x)} / {_downstream(y)}"])
+    lines = [f"Comparing A = `{a}` and B = `{b}` (cells: A / B).", "", *md_table(head, rows)]
+    ca = {c["number"]: c["verdict"] for c in sa.get("checks", [])}
+    cb = {c["number"]: c["verdict"] for c in sb.get("checks", [])}
+    if ca or cb:
+        names = {c["number"]: c["name"] for c in [*sa.get("checks", []), *sb.get("checks", [])]}
+        lines += ["", *md_table(["check", "A", "B"], [[f"{n}. {names[n]}", ca.get(n), cb.get(n)] for n in sorted(names)])]
+    return "\n".join(lines) + "\n"

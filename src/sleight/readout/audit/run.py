@@ -32,10 +32,11 @@ import pyarrow.parquet as pq
 from sleight import rundir
 from sleight.backends import LanguageModel
 from sleight.errors import UserError
+from sleight.progress import SweepProgress
 from sleight.readout.audit.checks import MASS_FLOOR, Check, run_checks, summarise
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.measure import DEFAULT_ROWS_PER_PASS, SCHEMA, measure, rows_to_table
-from sleight.readout.audit.report import dumps, write_reports
+from sleight.readout.audit.report import write_reports
 from sleight.readout.audit.variants import VARIANTS
 from sleight.rundir import RunDir
 
@@ -91,10 +92,6 @@ def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: dic
     return rundir.fingerprint(run_config(items, config), model_info, IDENTITY_KEYS)
 
 
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    rundir.write_table(path, table)
-
-
 def _done_ids(out: Path, parts: rundir.Parts, chunks: dict[str, list[AuditItem]], n_variants: int) -> set[str]:
     """Items already measured: in a sound merged readings.parquet, or in a sound part of the plan."""
     done: set[str] = set()
@@ -112,6 +109,91 @@ def _done_ids(out: Path, parts: rundir.Parts, chunks: dict[str, list[AuditItem]]
     return done
 
 
+def load_audit(
+    *,
+    items: str | Path | None = None,
+    preset: str | None = None,
+    data: str | None = None,
+    note: str = "mixed",
+    limit: int | None = None,
+    lm_eval_chat: bool = False,
+    instruct: bool = True,
+    options: str | None = None,
+    stem: str | None = None,
+    variants: str = "all",
+    max_new_tokens: int = 16,
+    floor: float = MASS_FLOOR,
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+) -> tuple[list[AuditItem], AuditConfig, str]:
+    """Validated items, the audit's config and its short name, from ``sleight readout audit``'s inputs
+    (no model needed: a bad input is one line before anything loads).
+
+    Give exactly one of ``items`` (a .jsonl/.csv items file or an lm-evaluation-harness task .yaml)
+    or ``preset`` (``forecast``, ``ptrue``, ``grade``: shipped fixtures, or records from ``data``).
+    ``options`` is the run-level option list (``"10,30,50"`` or a JSON list)."""
+    from dataclasses import replace
+
+    from sleight.readout.audit.items import load_items, parse_options, resolve_options
+    from sleight.readout.audit.variants import parse_variants
+
+    if bool(items) == bool(preset):
+        raise UserError("give exactly one of --items FILE or --preset NAME")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    if not instruct and preset != "ptrue":
+        raise UserError("--no-instruct applies to --preset ptrue only")
+    if max_new_tokens < 1:
+        raise UserError("--max-new-tokens must be at least 1")
+    if not 0 < floor <= 1:
+        raise UserError("--floor must be in (0, 1]")
+    run_options = parse_options(options) if options is not None else None
+    if preset:
+        from sleight.readout.audit.presets import preset_defaults, preset_items
+        from sleight.readout.audit.sources import load_source
+
+        records = load_source(data, limit=limit) if data else None
+        found = preset_items(preset, records, note=note, limit=limit if records is None else None, instruct=instruct)
+        if run_options is not None:
+            found = [replace(i, options=run_options) for i in found]
+        stem = stem if stem is not None else preset_defaults(preset)["stem"]
+        source, name = f"preset {preset} ({data or 'shipped fixtures'})", preset
+    else:
+        path = Path(str(items))
+        if path.suffix.lower() in (".yaml", ".yml"):
+            from sleight.readout.audit.lm_eval import load_lm_eval_task
+
+            found = load_lm_eval_task(path, chat=True if lm_eval_chat else None, limit=limit)
+        else:
+            found = load_items(path)[:limit] if limit is not None else load_items(path)
+        source, name = str(path), path.stem
+    found = resolve_options(found, run_options)
+    config = AuditConfig(
+        source=source,
+        preset=preset,
+        options=run_options,
+        stem=stem or None,
+        variants=parse_variants(variants),
+        max_new_tokens=max_new_tokens,
+        floor=floor,
+        rows_per_pass=max(1, rows_per_pass),
+    )
+    return found, config, name
+
+
+def rerender(out_dir: str | Path, *, floor: float | None = None) -> AuditResult:
+    """summary.json and both reports again from an audit directory's readings (``floor``: the
+    audit's own unless given)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise UserError(f"audit directory not found: {out}")
+    if floor is None:
+        try:
+            floor = float(json.loads((out / "summary.json").read_text()).get("floor", MASS_FLOOR))
+        except (OSError, ValueError):
+            floor = MASS_FLOOR
+    return finalise(out, floor=floor)
+
+
 def run_audit(
     model: LanguageModel,
     items: Sequence[AuditItem],
@@ -122,8 +204,6 @@ def run_audit(
     show_progress: bool = True,
 ) -> AuditResult:
     """Measure every (item, variant) into ``out_dir`` (resumable), then summarise and report."""
-    from tqdm.auto import tqdm
-
     out = Path(out_dir)
     config.n_items = len(items)
     cfg = run_config(items, config)
@@ -135,17 +215,18 @@ def run_audit(
     chunks = {f"part-{k:06d}": list(items[k : k + size]) for k in range(0, len(items), size)}  # fixed: the same on resume
     done = _done_ids(out, parts, chunks, len(config.variants))
     todo = {key: chunk for key, chunk in chunks.items() if not all(i.id in done for i in chunk)}
-    bar = tqdm(total=len(items), initial=len(items) - sum(len(c) for c in todo.values()), unit="item", desc="readout audit", disable=not show_progress)
+    prog = SweepProgress(len(items), initial=len(items) - sum(len(c) for c in todo.values()), unit="item", desc="readout audit", enabled=show_progress, tokens=False)
     completed = False
     try:
         for key, chunk in todo.items():
+            prog.start_item(key, None)
             rows = measure(model, chunk, config.variants, stem=config.stem, max_new_tokens=config.max_new_tokens, rows_per_pass=config.rows_per_pass)
             parts.write(key, rows_to_table(rows), tmp_dir=session.tmp_dir)
             session.committed(len(chunk))
-            bar.update(len(chunk))
+            prog.finish_item(len(chunk))
         completed = True
     finally:
-        bar.close()
+        prog.close()
         session.finish(completed)
 
     extra: dict[str, Any] = {}
@@ -187,7 +268,7 @@ def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, 
         rows = pq.read_table(path).to_pylist()
     else:
         rows = score_pair_rows(model, ptrue_pairs(items), instruct=instruct, continuation_tokens=config.max_new_tokens)
-        _write_parquet(pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA), path)
+        rundir.write_table(path, pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA))
         rows = pq.read_table(path).to_pylist()  # the recorded rows, as a resumed run reads them
     section = ptrue_summary(rows)["settings"].get("constructed", {})
     return {"instruct": instruct, **section}
@@ -240,7 +321,7 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
             summary[key] = old[key]
     checks = run_checks(df, summary, floor)
     summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
-    rundir.write_text(out / "summary.json", dumps(summary))
+    rundir.write_json(out / "summary.json", summary)
     from sleight.readout.audit.judge import lines_to_html
     from sleight.readout.audit.judge_run import section_lines
 

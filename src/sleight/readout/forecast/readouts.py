@@ -153,3 +153,43 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         au, br = d["auroc"], d["brier"]
         lines.append(f"| {pair} | {f(au['diff'])} [{f(au['low'])}, {f(au['high'])}] | {f(br['gain'])} [{f(br['gain_low'])}, {f(br['gain_high'])}] |")
     return "\n".join(lines) + "\n"
+
+
+def load_alt_template(path: str | None) -> str | None:
+    """``--template FILE``, checked (None: the shipped template)."""
+    if not path:
+        return None
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"template file not found: {p}")
+    return check_alt_template(p.read_text(encoding="utf-8"), p.name)
+
+
+def run_forecast_readouts(
+    model: LanguageModel,
+    items: Sequence[RaceItem],
+    out_dir: Any,
+    *,
+    template: str | None = None,
+    stem: str | None = None,
+    B: int = 20000,
+    status: Any = None,
+) -> dict[str, Any]:
+    """``sleight readout forecast-readouts``: the forecast pipeline, the extra readouts, their
+    summary; writes forecast_readouts.json and forecast_readouts.md (atomically) and returns the summary."""
+    from pathlib import Path
+
+    from sleight import rundir
+    from sleight.readout.forecast.pipeline import run_forecast
+
+    if B < 1:
+        raise UserError("--bootstrap must be at least 1")
+    rows = run_forecast(model, items, status=status)
+    records = extra_readouts(model, items, rows, template=template, stem=stem or ALT_STEM)
+    summary = summarise_readouts(records, B=B)
+    out = Path(out_dir)
+    rundir.write_json(out / "forecast_readouts.json", {"model": model.info.as_dict(), "records": records, "summary": summary})
+    rundir.write_text(out / "forecast_readouts.md", render_markdown(summary))
+    return summary

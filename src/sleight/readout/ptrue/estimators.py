@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sleight import rundir
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.audit.report import dumps
 from sleight.readout.ptrue.answers import Answer, QAItem
 from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import answer_tokens, comparison, estimate
-from sleight.render import fmt, interval
+from sleight.render import interval
 
 ANSWER_TOKENS = 32
 
@@ -83,7 +83,7 @@ def render_markdown(result: dict[str, Any], model_id: str) -> str:
         lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {interval(m['auroc'])} | {interval(m['prr'])} |")
     lines += ["", "Paired differences (P(True) readout minus estimator, same replicates):", "", "| pair | ΔAUROC | ΔPRR |", "|---|---|---|"]
     for pair, d in s["differences"].items():
-        cells = [("–" if not d[m] else f"{fmt(d[m].get('diff'))} [{fmt(d[m].get('low'))}, {fmt(d[m].get('high'))}]") for m in ("auroc", "prr")]
+        cells = [interval(d[m], key="diff") for m in ("auroc", "prr")]
         lines.append(f"| {pair} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
@@ -92,8 +92,8 @@ def write_result(out_dir: str | Path, result: dict[str, Any], model_info: dict[s
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "estimators.json", "md": out / "estimators.md"}
-    files["json"].write_text(dumps({"model": model_info, **result}), encoding="utf-8")
-    files["md"].write_text(render_markdown(result, str(model_info.get("model_id", "?"))), encoding="utf-8")
+    rundir.write_json(files["json"], {"model": model_info, **result})
+    rundir.write_text(files["md"], render_markdown(result, str(model_info.get("model_id", "?"))))
     return files
 
 

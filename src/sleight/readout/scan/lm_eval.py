@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sleight import rundir
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
 from sleight.position import read_positions
@@ -25,7 +26,6 @@ from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.lm_eval import load_lm_eval_task
 from sleight.readout.audit.measure import prepare
-from sleight.readout.audit.report import dumps
 from sleight.readout.scan.run import position_summary
 
 MODES = ("plain", "chat")
@@ -136,9 +136,9 @@ def scan_lm_eval_tasks(model: LanguageModel, tasks: Sequence[TaskSpec], out_dir:
     skipped = [{"file": t.path.name, "reason": t.skipped} for t in tasks if t.skipped]
     manifest = {"tool": "sleight readout scan --lm-eval-tasks", "model": model.info.as_dict(), "floor": floor, "flag_rules": LM_EVAL_FLAGS}
     files = {"scan_json": out / "lm_eval_scan.json", "scan_md": out / "lm_eval_scan.md", "scan_html": out / "lm_eval_scan.html"}
-    files["scan_json"].write_text(dumps({"manifest": manifest, "rows": rows, "skipped": skipped}), encoding="utf-8")
-    files["scan_md"].write_text(render_markdown(manifest, rows, skipped), encoding="utf-8")
-    files["scan_html"].write_text(render_html(manifest, rows, skipped), encoding="utf-8")
+    rundir.write_json(files["scan_json"], {"manifest": manifest, "rows": rows, "skipped": skipped})
+    rundir.write_text(files["scan_md"], render_markdown(manifest, rows, skipped))
+    rundir.write_text(files["scan_html"], render_html(manifest, rows, skipped))
     return LmEvalScanResult(out, rows, skipped, files)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sleight import rundir
 from sleight.readout.audit.report import VERDICT_MARK
 from sleight.render import fmt
 
@@ -132,8 +133,6 @@ def render_scan_html(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
 def write_scan_reports(out_dir: str | Path, manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> tuple[Path, Path]:
     out = Path(out_dir)
     md, page = out / "scan.md", out / "scan.html"
-    for path, text in ((md, render_scan_markdown(manifest, rows)), (page, render_scan_html(manifest, rows))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+    rundir.write_text(md, render_scan_markdown(manifest, rows))
+    rundir.write_text(page, render_scan_html(manifest, rows))
     return md, page

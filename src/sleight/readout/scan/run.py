@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from sleight import rundir
 from sleight.backends.base import LanguageModel
 from sleight.position import OptionSetReading, read_positions, renormalise
 from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.audit.classify import is_numeric
 from sleight.readout.audit.items import AuditItem
-from sleight.readout.audit.report import dumps
 from sleight.readout.audit.run import AuditConfig, load_readings, run_audit
 from sleight.readout.audit.variants import make_variant, render
 from sleight.readout.scan.grades import paired_document_difference, within_document_spearman
@@ -285,7 +285,7 @@ def run_scan(
             print(f"scan: {name}", flush=True)
         rows.append(scan_preset(model, name, out, config, overwrite=overwrite, show_progress=show_progress, B=B))
     manifest = {"tool": "sleight readout scan", "model": model.info.as_dict(), "presets": list(config.presets), "limit": config.limit, "floor": config.floor, "flag_rules": FLAG_RULES}
-    (out / "scan.json").write_text(dumps({"manifest": manifest, "rows": rows}), encoding="utf-8")
+    rundir.write_json(out / "scan.json", {"manifest": manifest, "rows": rows})
     md, page = write_scan_reports(out, manifest, rows)
     return ScanResult(out, rows, {"scan_json": out / "scan.json", "scan_md": md, "scan_html": page})
 

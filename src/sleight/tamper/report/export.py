@@ -1,4 +1,4 @@
-"""Write the report's tables as Markdown, CSV and LaTeX (no tabulate/jinja dependency)."""
+"""Write the report's tables as Markdown, CSV and LaTeX (cells and Markdown tables from :mod:`sleight.render`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sleight.tamper.report.tables import fmt
+from sleight.render import fmt, md_table
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,12 @@ class Section:
         return [[fmt(row[c], c) for c in self.shown] for _, row in self.frame.iterrows()]
 
 
+TEXT_COLUMNS = ("Model", "Jury", "Juror", "Label", "Measure")  # left-aligned; every other column is a number
+
+
 def markdown_table(section: Section) -> str:
-    head = "| " + " | ".join(section.shown) + " |"
-    align = "|" + "|".join("---" if c in ("Model", "Jury", "Juror", "Label", "Measure") else "---:" for c in section.shown) + "|"
-    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in section.cells()]
-    return "\n".join([head, align, *body])
+    right = [c for c in section.shown if c not in TEXT_COLUMNS]
+    return "\n".join(md_table(section.shown, section.cells(), right=right))
 
 
 def to_markdown(sections: Sequence[Section], title: str, preamble: str = "") -> str:

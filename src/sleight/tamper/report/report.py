@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
+from sleight import rundir
 from sleight.errors import UserError
+from sleight.progress import SweepProgress
+from sleight.render import fmt
 from sleight.tamper.report import plots, tables
 from sleight.tamper.report.export import Section, to_latex, to_markdown, write_csv
 from sleight.tamper.report.runs import RunData, load_runs
@@ -45,7 +46,7 @@ def jury_preamble(runs: Sequence[RunData]) -> str:
         slot = slot[slot["Slots"] > 0]
         if len(slot):
             parts[-1] += "; label-slot votes, median slot mass " + ", ".join(
-                f"{tables.fmt(m, 'Median slot mass')}" + (f" ({tables._short(j)})" if len(r.jury) > 1 else "")
+                f"{fmt(m, 'Median slot mass')}" + (f" ({tables._short(j)})" if len(r.jury) > 1 else "")
                 for j, m in zip(slot["Juror"], slot["Median slot mass"])
             )
     return "Judges — " + " | ".join(parts) + "."
@@ -161,8 +162,8 @@ def write_report(
         secs.append(gold_sec)
     preamble = jury_preamble(runs)
     paths = ReportPaths(out, out / "leaderboard.md", out / "leaderboard.tex")
-    paths.markdown.write_text(to_markdown(secs, "Sleight of Word — results", preamble), encoding="utf-8")
-    paths.latex.write_text(to_latex(secs), encoding="utf-8")
+    rundir.write_text(paths.markdown, to_markdown(secs, "Sleight of Word — results", preamble))
+    rundir.write_text(paths.latex, to_latex(secs))
     for s in secs:
         p = out / ("leaderboard.csv" if s.key == "leaderboard" else f"{s.key}.csv")
         write_csv(s, p)
@@ -170,8 +171,6 @@ def write_report(
     paths.plots.append(plots.plot_dissociation(secs[0].frame, out / "dissociation.png"))
     paths.plots.append(plots.plot_swap_profile(plots.swap_profile(runs), out / "swap_profile.png"))
     if site:
-        # a bar only on a terminal: in a log its carriage returns are noise (see sleight.progress)
-        bar = tqdm(total=len(runs), desc="viewer pages", unit="model", disable=not progress or not sys.stderr.isatty())
-        paths.index = write_site(out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda _m: bar.update(1))
-        bar.close()
+        with SweepProgress(len(runs), unit="model", desc="viewer pages", enabled=progress, tokens=False) as prog:
+            paths.index = write_site(out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda m: prog.finish_item(1, str(m)))
     return paths

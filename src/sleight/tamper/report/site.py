@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sleight import rundir
+from sleight.render import fmt
 from sleight.tamper.jury.gold import load_sample
 from sleight.tamper.jury.prompt import DEFINITIONS, LABELS
 from sleight.tamper.jury.run import answers_for
-from sleight.tamper.report.export import Section
+from sleight.tamper.report.export import TEXT_COLUMNS, Section
 from sleight.tamper.report.runs import RunData
-from sleight.tamper.report.tables import fmt, lexical_flags
+from sleight.tamper.report.tables import lexical_flags
 
 TokenTexts = Callable[[Sequence[int]], list[str]]
 ASSETS = ("sleight.css", "leaderboard.js", "viewer.js")
@@ -214,7 +216,7 @@ def _page(title: str, body: str, *, assets: str, scripts: Sequence[str] = (), he
 def html_table(section: Section, *, sortable: bool = False, links: dict[str, str] | None = None) -> str:
     """A table whose numeric cells carry ``data-value`` (the raw number) for sorting."""
     cls = ' class="sortable"' if sortable else ""
-    text_cols = ("Model", "Jury", "Juror", "Label", "Measure")
+    text_cols = TEXT_COLUMNS
     head = "".join(
         f'<th class="text" data-type="text">{html.escape(c)}</th>' if c in text_cols else f'<th data-type="number">{html.escape(c)}</th>'
         for c in section.shown
@@ -276,7 +278,7 @@ def write_site(
         parts += [f'<img class="plot" src="{html.escape(p)}" alt="{html.escape(p)}">' for p in plots]
     parts.append("</main>")
     index = out / "index.html"
-    index.write_text(_page("Sleight of Word leaderboard", "\n".join(parts), assets="assets/", scripts=["leaderboard.js"]), encoding="utf-8")
+    rundir.write_text(index, _page("Sleight of Word leaderboard", "\n".join(parts), assets="assets/", scripts=["leaderboard.js"]))
     return index
 
 
@@ -287,9 +289,9 @@ def write_viewer(models_dir: Path, s: str, run: RunData, texts: TokenTexts | Non
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True)
     index, details = viewer_data(run, texts)
-    (data_dir / "trials.js").write_text(_js("trials", index), encoding="utf-8")
+    rundir.write_text(data_dir / "trials.js", _js("trials", index))
     for key, obj in details.items():
-        (data_dir / f"{key}.js").write_text(_js(key, obj), encoding="utf-8")
+        rundir.write_text(data_dir / f"{key}.js", _js(key, obj))
     label_opts = "".join(
         f'<option value="{v}">{html.escape(t)}</option>'
         for v, t in [
@@ -319,7 +321,7 @@ def write_viewer(models_dir: Path, s: str, run: RunData, texts: TokenTexts | Non
 </main>
 <script>window.SLEIGHT = {{"base": {json.dumps(s + "/")}}};</script>"""
     page = models_dir / f"{s}.html"
-    page.write_text(_page(f"{run.model} — Sleight of Word trials", body, assets="../assets/", scripts=["viewer.js"]), encoding="utf-8")
+    rundir.write_text(page, _page(f"{run.model} — Sleight of Word trials", body, assets="../assets/", scripts=["viewer.js"]))
     return page
 
 

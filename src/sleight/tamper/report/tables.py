@@ -313,14 +313,3 @@ def lexical_table(runs: Sequence[RunData]) -> pd.DataFrame:
 
 def _short(juror: str) -> str:
     return juror.rsplit("#", 1)[-1] if juror.startswith("openai:") else juror
-
-
-def fmt(value: object, column: str) -> str:
-    """One cell as text: percentages and κ to one/three decimals, Δ to three, NaN as an em dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return "—"
-    if isinstance(value, (float, np.floating)):
-        if "%" in column:
-            return f"{value:.1f}"
-        return f"{value:+.3f}" if column.startswith("Δ") else f"{value:.3f}"
-    return str(value)
