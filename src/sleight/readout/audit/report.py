@@ -122,7 +122,8 @@ def _h(v: Any) -> str:
 
 
 
-def _badge(verdict: str) -> str:
+def badge(verdict: str) -> str:
+    """A verdict as a coloured HTML badge (the audit report and the scan)."""
     return f'<span class="badge" style="background:{_COLOURS[verdict]}">{VERDICT_MARK[verdict]}</span>'
 
 
@@ -156,14 +157,14 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
         f"{html.escape(str(model.get('dtype', '?')))}, {html.escape(str(model.get('device', '?')))}). Items: {html.escape(str(cfg.get('n_items', '?')))} "
         f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.get('floor')}.</p>",
         "<h2>Verdicts</h2>",
-        html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), _badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
+        html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
     ]
     for c in checks:
-        parts.append(f"<section><h2>{c.number}. {html.escape(c.name)} {_badge(c.verdict)}</h2><p>{html.escape(c.reason)}</p>")
+        parts.append(f"<section><h2>{c.number}. {html.escape(c.name)} {badge(c.verdict)}</h2><p>{html.escape(c.reason)}</p>")
         if c.evidence:
             parts.append(html_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()]))
         if c.sub:
-            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + html_table(["check", "verdict", "why"], [[html.escape(s["check"]), _badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
+            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + html_table(["check", "verdict", "why"], [[html.escape(s["check"]), badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
         if c.example:
             parts.append(_example_html(c.example))
         parts.append("</section>")

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from sleight import rundir
-from sleight.readout.audit.report import VERDICT_MARK
-from sleight.render import fmt
+from sleight.readout.audit.report import VERDICT_MARK, badge
+from sleight.render import fmt, md_table
 
 HEADERS = (
     "preset", "rendering", "parser", "mass as declared", "mass, leading space", "first tokens distinct (declared / spaced)",
     "separator present", "argmax class", "continuation first", "verdict", "repair", "repair mass", "repair clears floor",
 )
-_COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e"}
 
 
 
@@ -50,10 +49,6 @@ def cells(row: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     model = manifest.get("model", {})
     lines = [
@@ -63,13 +58,13 @@ def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str
         f"floor {manifest.get('floor')}; records per preset: {manifest.get('limit') or 'all'}.",
         "Masses are medians over the items at the scored position (SPEC §4.1); distinct is the share of items whose options have their own first token.",
         "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "---|" * len(HEADERS),
     ]
+    table = []
     for r in rows:
         c = cells(r)
         c[0] = f"[{r['preset']}]({r['report'].replace(chr(92), '/')})"
-        lines.append("| " + " | ".join(_md_escape(x) for x in c) + " |")
+        table.append(c)
+    lines += md_table(HEADERS, table)
     lines += ["", "## Flags", ""]
     lines += [f"- **{k}**: {v}." for k, v in (manifest.get("flag_rules") or {}).items()]
     for r in rows:
@@ -111,7 +106,7 @@ def render_scan_html(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
         c = [html.escape(x) for x in cells(r)]
         c[0] = f'<a class="drill" href="{html.escape(r["report"].replace(chr(92), "/"))}">{html.escape(r["preset"])}</a>'
         flags = "; ".join(r["flags"])
-        c[9] = f'<span class="badge" style="background:{_COLOURS[r["verdict"]]}">{VERDICT_MARK[r["verdict"]]}</span> {html.escape(flags)}'
+        c[9] = f"{badge(r['verdict'])} {html.escape(flags)}"
         body.append(f'<tr data-preset="{html.escape(r["preset"])}" data-verdict="{r["verdict"]}">' + "".join(f"<td>{x}</td>" for x in c) + "</tr>")
     sources = "".join(
         f"<li><b>{html.escape(r['preset'])}</b>: {html.escape(r['source']['paper'])} (<a href=\"{html.escape(r['source']['url'])}\">{html.escape(r['source']['url'])}</a>)"
