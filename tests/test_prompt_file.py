@@ -167,3 +167,20 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
     # the shipped prompts and a prompt file are separate flags
     clash = sleight("tamper", "judge", "--run", str(run), "--jury", "x", "--prompt", "no-answers", "--prompt-file", str(prompt_file), check=False)
     assert clash.returncode == 2 and "not allowed with argument" in clash.stderr
+
+
+@pytest.mark.slow  # loads the bundled model
+def test_a_local_juror_votes_the_study_fields_by_slots(model, prompt_file):
+    """The bundled model votes on a study-format prompt by label slots: the study's four fields are
+    read at ``{"flagged":`` ... ``{"aware":``, and ``aware`` is stored as ``switch_aware``."""
+    from sleight.jury.slots import slot_casts
+    from sleight.tamper.jury.run import vote_row
+
+    pf = load_prompt_file(prompt_file)
+    (cast,) = slot_casts(model, [pf.render(CASE)], STUDY_BALLOT)
+    assert cast.values is not None and set(cast.values) == {"flagged", "corrected", "derailed", "aware"}
+    assert set(cast.mass) == set(cast.values) and all(0 <= m <= 1 for m in cast.mass.values())
+    trial = {"model": "m", "question_id": "q001", "substitute": "canoe"}
+    row = vote_row(trial, "juror", pf.variant, cast, pf.prompt())
+    assert row["switch_aware"] == cast.values["aware"] and row["switch_aware_p_true"] == cast.soft["aware"][0]
+    assert row["prompt_variant"] == pf.variant and row["switch_aware_mass"] == cast.mass["aware"]

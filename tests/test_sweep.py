@@ -24,37 +24,52 @@ from sleight.tamper import sweep
 # ------------------------------------------------------------------------------------------------
 
 
+def _run_defaults() -> dict:
+    from sleight.cli.tamper_sweep import run_defaults
+
+    return run_defaults()
+
+
 def test_plan_has_one_task_per_model_and_shard():
-    tasks = sweep.plan_tasks(
-        ["a", "org/b"], 2, Path("OUT"), lambda m: m.replace("/", "--"), lambda m, s, out: ["run", m, str(s), str(out)]
-    )
-    assert [(t.name, str(t.shard), str(t.out)) for t in tasks] == [
+    cfg = sweep.models_config(["a", "org/b"], 2, lambda m: m.replace("/", "--"))
+    plan = sweep.build_plan(cfg, Path("OUT"), _run_defaults())
+    assert [(t.name, str(t.shard), str(t.out)) for t in plan.tasks] == [
         ("a", "1/2", "OUT/a"),
         ("a", "2/2", "OUT/a"),
         ("org--b", "1/2", "OUT/org--b"),
         ("org--b", "2/2", "OUT/org--b"),
     ]
-    assert tasks[1].argv == ("run", "a", "2/2", "OUT/a") and tasks[1].label == "a [2/2]"
-    with pytest.raises(UserError, match="would both write OUT/x"):
-        sweep.plan_tasks(["x", "./x"], 1, Path("OUT"), lambda m: "x", lambda *a: [])
+    assert plan.tasks[1].argv == ("tamper", "run", "--model", "a", "--shard", "2/2", "--out", "OUT/a", "--no-progress")
+    assert plan.tasks[1].label == "a [2/2]" and plan.tasks[1].gpus == 1.0
+    with pytest.raises(UserError, match="would both write a folder named x"):
+        sweep.models_config(["x", "./x"], 1, lambda m: "x")
     with pytest.raises(UserError, match="--shards must be at least 1"):
-        sweep.plan_tasks(["a"], 0, Path("OUT"), str, lambda *a: [])
+        sweep.models_config(["a"], 0, str)
+    with pytest.raises(UserError, match="--shards must be at least 1"):
+        sweep.build_plan(cfg, None, _run_defaults(), shards=0)
     assert sweep.parse_models(" a, ,b ,") == ["a", "b"]
 
 
 def test_task_argv_passes_the_run_flags_on():
     from sleight.cli.main import build_parser
-    from sleight.cli.tamper_sweep import task_argv
 
+    defaults = _run_defaults()
     args = build_parser().parse_args(
-        ["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2"]
-    )
-    argv = task_argv(args, "m.gguf", "2/2", Path("OUT/m"), threads=1)
+        ["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2",
+         "--tensor-parallel-size", "2"]
+    )  # fmt: skip
+    overrides = sweep.cli_options(vars(args), defaults)
+    assert overrides == {"questions": 3, "trigger": "a", "dtype": "float32", "tensor_parallel_size": 2}
+    plan = sweep.build_plan(sweep.models_config(["m.gguf"], 2, lambda m: "m"), Path("OUT"), defaults, overrides)
+    argv = list(plan.tasks[1].argv)
     assert argv[:9] == ["tamper", "run", "--model", "m.gguf", "--shard", "2/2", "--out", "OUT/m", "--no-progress"]
-    rest = argv[9:]
-    assert rest == ["--questions", "3", "--trigger", "a", "--dtype", "float32", "--threads", "1"]
+    assert argv[9:] == ["--questions", "3", "--trigger", "a", "--dtype", "float32", "--tensor-parallel-size", "2"]
+    assert plan.tasks[1].gpus == 2.0  # a GPU cluster gives the task its tensor-parallel GPUs
     parsed = build_parser().parse_args(argv)  # a task's argv is a valid tamper run
-    assert (parsed.model, parsed.shard, parsed.questions, parsed.trigger, parsed.threads) == ("m.gguf", "2/2", 3, "a", 1)
+    assert (parsed.model, parsed.shard, parsed.questions, parsed.trigger, parsed.tensor_parallel_size) == ("m.gguf", "2/2", 3, "a", 2)
+    # a store_true flag is passed bare, a mapping as JSON; an option tamper run lacks is named, not passed
+    flags, missing = sweep.option_argv({"no_progress": True, "engine_args": {"x": 1}, "overwrite": True}, {"no_progress": False, "overwrite": False})
+    assert flags == ["--no-progress", "--overwrite"] and missing == ["engine_args"]
 
 
 def test_progress_line_and_display():
@@ -194,3 +209,61 @@ def test_ray_sweep_killed_task_resumed_equals_unsharded_runs(tmp_path, gguf):
     assert "smollm2-135m-instruct" in board and Path(gguf).name in board
     idle = _sleight(*sweep_argv[3:], "--no-ray")
     assert idle.returncode == 0 and "sweep: nothing to do" in idle.stdout
+
+
+def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
+    """``run_on_ray`` against a stand-in of the ``ray`` module's calls it makes (init, remote,
+    options, wait, get, shutdown): each task asks for its own tensor-parallel GPUs on a GPU cluster,
+    none on a CPU cluster, where its torch threads are its CPUs."""
+
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    class Remote:
+        def __init__(self, fn, log):
+            self.fn, self.log, self.opts = fn, log, {}
+
+        def options(self, **opts):
+            r = Remote(self.fn, self.log)
+            r.opts = opts
+            return r
+
+        def remote(self, argv):
+            self.log.append((self.opts["num_gpus"], self.opts["runtime_env"]["env_vars"], argv))
+            return Ref(self.fn(argv))
+
+    class FakeRay:
+        def __init__(self, gpus):
+            self.gpus, self.log, self.down = gpus, [], False
+
+        def init(self, **kw):
+            pass
+
+        def cluster_resources(self):
+            return {"GPU": self.gpus}
+
+        def remote(self, **kw):
+            return lambda fn: Remote(fn, self.log)
+
+        def wait(self, pending, num_returns, timeout):
+            return pending[:1], pending[1:]
+
+        def get(self, ref):
+            return ref.value
+
+        def shutdown(self):
+            self.down = True
+
+    tasks = [sweep.Task("a", "a", sweep.Shard(1, 1), Path("OUT/a"), ("run", "a"), 1.0),
+             sweep.Task("b", "b", sweep.Shard(1, 1), Path("OUT/b"), ("run", "b"), 4.0)]  # fmt: skip
+    for gpus, expected in ((8.0, [1.0, 4.0]), (0.0, [0.0, 0.0])):
+        ray = FakeRay(gpus)
+        display = sweep.Display({}, stream=io.StringIO(), enabled=False)
+        results, asked = sweep.run_on_ray(ray, tasks, lambda argv: [" ".join(argv)], display, address=None, gpus=None, cpus=2)
+        assert asked == expected and ray.down and all(r.ok for r in results)
+        if gpus:
+            assert [argv for _, _, argv in ray.log] == [["run", "a"], ["run", "b"]]
+        else:
+            assert [argv for _, _, argv in ray.log] == [["run", "a", "--threads", "2"], ["run", "b", "--threads", "2"]]
+            assert all(env["OMP_NUM_THREADS"] == "2" for _, env, _ in ray.log)
