@@ -107,6 +107,7 @@ class HFModel(HFTokenizerOps):
             self.model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=_DTYPES[dtype])
         except OSError as exc:
             raise UserError(f"could not load model '{resolved.spec}': {exc}") from None
+        self._cache_kwarg = cache_kwarg(self.model)
         self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers types .to() as a decorator
         self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
         eos = self.model.generation_config.eos_token_id
@@ -137,7 +138,8 @@ class HFModel(HFTokenizerOps):
         at the last ``keep`` positions."""
         keep = 1 if last_only else keep
         extra = {"logits_to_keep": keep} if keep else {}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, **extra)
+        extra[self._cache_kwarg] = cache
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
     def _padded(self, seqs: Sequence[Sequence[int]], side: str = "left"):
@@ -507,6 +509,19 @@ def _position_records(logits: torch.Tensor, top_k: int):
     ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
     tv, ti = torch.topk(lp, top_k, dim=-1)
     return lp, ti.cpu().numpy(), tv.cpu().numpy(), ent
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The name under which this transformers takes the KV cache: ``cache`` from 5.20 on (where
+    ``past_key_values`` is deprecated), ``past_key_values`` before. A wrong name is swallowed by
+    ``**kwargs`` and the model silently runs without its cache, so the name is read, not assumed."""
+    import inspect
+
+    names = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in names:
+            return name
+    raise UserError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values': this transformers is not supported")
 
 
 def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
