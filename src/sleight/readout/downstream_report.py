@@ -9,6 +9,7 @@ formatter, and both files are written atomically. :func:`roc_points` is the only
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -79,7 +80,9 @@ def plot_roc(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    rundir.write_bytes(path, buf.getvalue())
     plt.close(fig)
     return path
 
@@ -108,7 +111,9 @@ def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequen
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    rundir.write_bytes(path, buf.getvalue())
     plt.close(fig)
     return path
 

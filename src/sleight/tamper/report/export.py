@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sleight import rundir
 from sleight.render import fmt, md_table
 
 
@@ -89,4 +90,4 @@ def to_latex(sections: Sequence[Section]) -> str:
 
 def write_csv(section: Section, path: Path) -> None:
     """All columns (counts included), full precision; NaN as an empty cell."""
-    section.frame.to_csv(path, index=False)
+    rundir.write_text(path, section.frame.to_csv(index=False))

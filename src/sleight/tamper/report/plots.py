@@ -6,6 +6,7 @@ functions only draw.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sleight import rundir
 from sleight.tamper.report.runs import RunData
 
 BEFORE, AFTER = 4, 8
@@ -140,7 +142,9 @@ def plot_dissociation(table1: pd.DataFrame, path: Path) -> Path:
     ax.set_title("Registered vs said: surprisal jump vs flagging")
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    rundir.write_bytes(path, buf.getvalue())
     plt.close(fig)
     return path
 
@@ -149,7 +153,9 @@ def plot_swap_profile(profile: pd.DataFrame, path: Path) -> Path:
     """Mean per-token surprisal and entropy at steps -4..+8 around swaps, against the clean run."""
     plt = _pyplot()
     fig = draw_swap_profile(profile)
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    rundir.write_bytes(path, buf.getvalue())
     plt.close(fig)
     return path
 

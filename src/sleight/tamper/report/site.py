@@ -253,7 +253,7 @@ def write_site(
     (out / "assets").mkdir(parents=True, exist_ok=True)
     for name in ASSETS:
         src = resources.files("sleight.tamper.report").joinpath(f"assets/{name}")
-        (out / "assets" / name).write_bytes(src.read_bytes())
+        rundir.write_bytes(out / "assets" / name, src.read_bytes())
     links = {}
     for run in runs:
         s = slug(run.model)
