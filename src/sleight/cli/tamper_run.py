@@ -46,6 +46,15 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trigger", default="the", metavar="WORD", help="the word swapped whenever the model writes it (default: the)")
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply budget, injected tokens included (default: 256)")
     p.add_argument(
+        "--conventions", default="study", choices=["study", "sleight"],
+        help="study: the study's phase-1 conventions (one-token triggers, its splice, the end-of-turn token kept, "
+        "substitutes never cut); sleight: sleight's own word-level detector and surgery (default: study; docs/tamper.md)",
+    )
+    p.add_argument(
+        "--punctuation-led", action="store_true",
+        help="study conventions: also swap a trigger token led by punctuation ('\"the', '(The'), which the study leaves to stand",
+    )
+    p.add_argument(
         "--decoding", default=None, choices=["lockstep", "two-phase"],
         help="lockstep: swap triggers during decoding (hf); two-phase: decide the tokens by greedy requests, then score "
         "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
@@ -112,14 +121,24 @@ def prepare(args: argparse.Namespace) -> Prepared:
 
     from sleight.cli.common import resolved_dtype
     from sleight.tamper.engine import TamperConfig
-    from sleight.tamper.runner import run_config
+    from sleight.tamper.runner import check_conventions, run_config
     from sleight.tamper.store import RunStore
 
-    config = TamperConfig(trigger=args.trigger, max_new_tokens=args.max_new_tokens)
+    try:
+        config = TamperConfig(
+            trigger=args.trigger,
+            max_new_tokens=args.max_new_tokens,
+            conventions=getattr(args, "conventions", "study"),
+            punctuation_led=getattr(args, "punctuation_led", False),
+        )
+    except ValueError as exc:
+        raise UserError(f"--punctuation-led: {exc}") from None
     decoding = getattr(args, "decoding", None) or ("two-phase" if args.engine == "vllm" else "lockstep")
     # Refuse a directory made with another config before spending time loading the model.
     store = RunStore(out)
     cfg = run_config(args.model, args.engine, resolved_dtype(args), config, questions, substitutes, qsrc, ssrc, decoding)
+    if not getattr(args, "overwrite", False):
+        check_conventions(store, cfg)
     store.check_config(cfg, overwrite=getattr(args, "overwrite", False))
     mine = shard.indices(len(questions))
     left = store.read_manifest() is None or not store.done(mine) >= set(mine)

@@ -7,17 +7,35 @@ that shared prefix (the backend computes it once and forks its KV cache across r
 forced its own substitute first, and a hook swaps every later trigger in place (retracting the
 trigger tokens, discarding the look-ahead token, forcing the substitute). Nothing is regenerated.
 The prefix records (log-probs, top-k, entropy) are the clean run's own.
+
+Conventions (``TamperConfig.conventions``, docs/tamper.md): ``"study"`` (the default) follows the
+study's phase-1 code: a trigger is one token, the substitute is spaced, capitalised and encoded as
+the study did and never cut by the budget, and a reply the model ended keeps its end-of-turn token
+(:func:`finish_replies` records what the backend does not: the end-of-turn step and substitute
+tokens past the budget). ``"sleight"`` is sleight's own text-level detector and surgery.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
-from sleight.backends.base import Edit, Generation, LanguageModel, Rendered
-from sleight.tamper.trigger import Trigger, encode_in_context, find_pending_trigger, scan_triggers, swap_text
+from sleight.backends.base import Edit, Generation, LanguageModel, Rendered, Scored
+from sleight.tamper.trigger import (
+    Finder,
+    Trigger,
+    encode_in_context,
+    find_pending_trigger,
+    find_token_trigger,
+    scan_triggers,
+    study_swap_text,
+    swap_text,
+)
+
+CONVENTIONS = ("study", "sleight")
 
 
 @dataclass(frozen=True)
@@ -25,9 +43,27 @@ class TamperConfig:
     """What decides a trial's tokens (all of it goes into the run manifest)."""
 
     trigger: str = "the"
-    max_new_tokens: int = 256  # the reply budget: prefix, injected and generated tokens together
+    max_new_tokens: int = 256  # the reply budget (study conventions: a substitute may end past it)
     top_k: int = 20
     window: int = 8  # tokens per post-swap window (signals)
+    conventions: str = "study"  # "study": the study's phase-1 code; "sleight": sleight's own (docs/tamper.md)
+    punctuation_led: bool = False  # study conventions: also swap a trigger token led by punctuation ('"the')
+
+    def __post_init__(self) -> None:
+        if self.conventions not in CONVENTIONS:
+            raise ValueError(f"conventions must be one of {CONVENTIONS}, not {self.conventions!r}")
+        if self.punctuation_led and self.conventions != "study":
+            raise ValueError("punctuation_led applies to the study's conventions (sleight's detector always swaps punctuation-led words)")
+
+    @property
+    def study(self) -> bool:
+        return self.conventions == "study"
+
+    def finder(self) -> Finder:
+        """The trigger detector of these conventions, called ``(tokens, next_token, decode, word, injected)``."""
+        if self.study:
+            return partial(find_token_trigger, punctuation_led=self.punctuation_led)
+        return find_pending_trigger
 
 
 @dataclass
@@ -41,6 +77,7 @@ class Reply:
     entropy: np.ndarray  # exact full-distribution entropy (nats)
     injected: np.ndarray  # bool
     finish_reason: str  # "stop" | "length"
+    eos_kept: bool = False  # the last token is the end-of-turn token the model ended with (study conventions)
 
     @classmethod
     def from_generation(cls, gen: Generation) -> Reply:
@@ -56,8 +93,20 @@ class Reply:
 
     def head(self, n: int) -> Reply:
         return Reply(
-            self.token_ids[:n], self.logprobs[:n], self.top_ids[:n], self.top_logprobs[:n], self.entropy[:n], self.injected[:n], self.finish_reason
+            self.token_ids[:n],
+            self.logprobs[:n],
+            self.top_ids[:n],
+            self.top_logprobs[:n],
+            self.entropy[:n],
+            self.injected[:n],
+            self.finish_reason,
+            self.eos_kept and n >= len(self.token_ids),
         )
+
+    @property
+    def text_ids(self) -> list[int]:
+        """The tokens the reply reads as: all of them but a kept end-of-turn token."""
+        return self.token_ids[:-1] if self.eos_kept else self.token_ids
 
     def then(self, tail: Reply) -> Reply:
         """This reply's records followed by ``tail``'s (the finish reason is the tail's)."""
@@ -69,6 +118,7 @@ class Reply:
             np.concatenate([self.entropy, tail.entropy]),
             np.concatenate([self.injected, tail.injected]),
             tail.finish_reason,
+            tail.eos_kept,
         )
 
 
@@ -77,11 +127,11 @@ class Substitution:
     """One replacement of a trigger: where it landed in the reply and what was injected."""
 
     step: int  # reply index of the first injected token
-    ids: tuple[int, ...]  # injected ids (cut to the budget)
+    ids: tuple[int, ...]  # injected ids (sleight conventions: cut to the budget; study: never cut)
     text: str  # the text forced in place of the trigger tokens' text
     trigger_text: str  # what the trigger tokens read as
     trigger_tokens: int  # how many tokens the trigger took (withdrawn when swapped during decoding)
-    fallback: bool  # the in-context encoding failed its prefix condition; encoded on its own
+    fallback: bool  # sleight conventions: the in-context encoding failed its prefix condition; encoded on its own
 
 
 @dataclass
@@ -129,16 +179,22 @@ def render_question(model: LanguageModel, question: str) -> Rendered:
     return model.render_chat([{"role": "user", "content": question}])
 
 
-def plan_substitution(
-    tokens: Sequence[int], trigger: Trigger, substitute: str, word: str, model: LanguageModel, budget: int
-) -> Substitution:
-    """The tokens that replace ``trigger`` in ``tokens``: swapped text, encoded in context, cut to budget."""
-    text = swap_text(trigger, word, substitute)
+def plan_substitution(tokens: Sequence[int], trigger: Trigger, substitute: str, model: LanguageModel, config: TamperConfig) -> Substitution:
+    """The tokens that replace ``trigger`` in ``tokens``.
+
+    Study conventions: the study's text (:func:`study_swap_text`) encoded on its own, whole, even
+    past the budget. Sleight conventions: the trigger tokens' text with the word swapped, encoded in
+    context, cut to the budget.
+    """
+    if config.study:
+        text = study_swap_text(trigger, substitute, config.punctuation_led)
+        return Substitution(trigger.start, tuple(model.encode(text)), text, trigger.text, trigger.n_tokens, False)
+    text = swap_text(trigger, config.trigger, substitute)
     before = model.decode(tokens[: trigger.start])
     ids, ok = encode_in_context(model.encode, before, text)
     return Substitution(
         step=trigger.start,
-        ids=tuple(ids[: max(budget - trigger.start, 0)]),
+        ids=tuple(ids[: max(config.max_new_tokens - trigger.start, 0)]),
         text=text,
         trigger_text=trigger.text,
         trigger_tokens=trigger.n_tokens,
@@ -188,6 +244,7 @@ class SwapHook:
         self.substitutions: list[list[Substitution]] = [[] for _ in substitutes]
         self._eos = frozenset(model.eos_ids)
         self._may_end_word = WordEnd(model, self.word)
+        self._find = config.finder()
 
     def __call__(self, row: int, output: Sequence[int], proposed: int | None) -> Edit | None:
         if not output and not self.prefix:
@@ -197,12 +254,12 @@ class SwapHook:
             return None
         tokens = self.prefix + list(output)
         nxt = None if proposed is None or proposed in self._eos else proposed
-        trig = find_pending_trigger(tokens, nxt, self.model.decode, self.word, self.injected[row])
+        trig = self._find(tokens, nxt, self.model.decode, self.word, self.injected[row])
         if trig is None:
             return None
         if trig.start < len(self.prefix):
             raise RuntimeError(f"row {row}: a trigger reaches into the shared prefix (internal error)")
-        sub = plan_substitution(tokens, trig, self.substitutes[row], self.word, self.model, self.config.max_new_tokens)
+        sub = plan_substitution(tokens, trig, self.substitutes[row], self.model, self.config)
         flags = self.injected[row]
         del flags[trig.start :]
         flags.extend([False] * (trig.start - len(flags)))
@@ -211,13 +268,90 @@ class SwapHook:
         return Edit(force=sub.ids, retract=trig.n_tokens)
 
 
+def end_placeholder(model: LanguageModel) -> int:
+    """The end-of-turn id appended before scoring; :func:`adopt_end` makes it the model's own choice."""
+    if not model.eos_ids:
+        raise RuntimeError("the model has no end-of-sequence id, so a reply it ended cannot keep one")
+    return min(model.eos_ids)
+
+
+def adopt_end(reply: Reply, eos_ids: frozenset[int]) -> Reply:
+    """Mark ``reply``'s last token as the kept end-of-turn token and make it greedy's own choice: the
+    argmax at that position when that is an end-of-sequence id (a model with several, e.g. Qwen's
+    ``<|im_end|>`` and ``<|endoftext|>``), with its log-prob. A scored position's records do not
+    depend on the token placed there, so only the id and its log-prob change."""
+    best = int(reply.top_ids[-1, 0]) if len(reply.token_ids) and reply.top_ids.shape[1] else None
+    if best is not None and best in eos_ids and best != reply.token_ids[-1]:
+        reply.token_ids[-1] = best
+        reply.logprobs[-1] = float(reply.top_logprobs[-1, 0])
+    reply.eos_kept = True
+    return reply
+
+
+def _scored_tail(sc: Scored, n: int, injected: bool, finish: str) -> Reply:
+    """Records of ``sc`` from position ``n`` on, as a reply tail."""
+    m = len(sc.token_ids) - n
+    return Reply(
+        list(sc.token_ids[n:]),
+        np.asarray(sc.logprobs[n:], dtype=np.float64),
+        np.asarray(sc.top_ids[n:]),
+        np.asarray(sc.top_logprobs[n:], dtype=np.float32),
+        np.asarray(sc.entropy[n:], dtype=np.float32),
+        np.full(m, injected, dtype=bool),
+        finish,
+    )
+
+
+def finish_replies(
+    model: LanguageModel, prompt: Sequence[int], replies: Sequence[Reply], tails: Sequence[Sequence[int]], top_k: int
+) -> list[Reply]:
+    """Study conventions, for replies decoded by :meth:`greedy` (which records neither): a reply the
+    model ended keeps its end-of-turn token, as the study's vLLM output did, and ``tails[i]``, the
+    tokens of a substitute that the budget cut, are appended whole (injected), as the study spliced
+    them. Both are recorded by one teacher-forced :meth:`score_tokens` pass over the replies that
+    need it (its shared prefix computed once); the other records are the decoder's own."""
+    want: dict[int, tuple[list[int], bool]] = {}
+    for i, (r, tail) in enumerate(zip(replies, tails)):
+        if tail:
+            want[i] = (list(tail), True)
+        elif r.finish_reason == "stop" and not r.eos_kept:
+            want[i] = ([end_placeholder(model)], False)
+    out = list(replies)
+    if not want:
+        return out
+    rows = sorted(want)
+    scored = model.score_tokens(prompt, [replies[i].token_ids + want[i][0] for i in rows], top_k=top_k)
+    for i, sc in zip(rows, scored):
+        r = replies[i]
+        extra, injected = want[i]
+        full = r.then(_scored_tail(sc, len(r.token_ids), injected, r.finish_reason))
+        out[i] = full if injected else adopt_end(full, model.eos_ids)
+    return out
+
+
+def cut_tail(reply: Reply, substitutions: Sequence[Substitution]) -> tuple[int, ...]:
+    """The tokens of the last substitution that the decoder dropped at the budget (study conventions)."""
+    if not substitutions:
+        return ()
+    last = substitutions[-1]
+    have = len(reply.token_ids) - last.step
+    return last.ids[have:] if 0 <= have < len(last.ids) else ()
+
+
 def clean_run(
     model: LanguageModel, rendered: Rendered, config: TamperConfig, progress: Callable[[int], None] | None = None
 ) -> Clean:
     """The model's unhooked greedy reply, with its triggers located by the hook's own detector."""
     gen = model.greedy([rendered.ids], config.max_new_tokens, top_k=config.top_k, progress=progress)[0]
     reply = Reply.from_generation(gen)
-    return Clean(rendered=rendered, reply=reply, triggers=scan_triggers(reply.token_ids, model.decode, config.trigger))
+    if config.study:
+        reply = finish_replies(model, rendered.ids, [reply], [()], config.top_k)[0]
+    return Clean(rendered=rendered, reply=reply, triggers=find_triggers(model, reply, config))
+
+
+def find_triggers(model: LanguageModel, reply: Reply, config: TamperConfig) -> list[Trigger]:
+    """Every trigger of a finished reply (a kept end-of-turn token is the reply's end, never part of one)."""
+    return scan_triggers(reply.text_ids, model.decode, config.trigger, find=config.finder())
 
 
 def untouched_trials(clean: Clean, substitutes: Sequence[str]) -> list[Trial]:
@@ -238,7 +372,7 @@ def batched_trials(
     first = clean.triggers[0]
     prefix = clean.reply.token_ids[: first.start]
     budget = config.max_new_tokens - len(prefix)
-    firsts = [plan_substitution(prefix, first, s, config.trigger, model, config.max_new_tokens) for s in substitutes]
+    firsts = [plan_substitution(prefix, first, s, model, config) for s in substitutes]
     hook = SwapHook(model, prefix, substitutes, config, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts])
     gens = model.greedy(
         [list(clean.rendered.ids) + prefix] * len(substitutes),
@@ -249,12 +383,15 @@ def batched_trials(
         progress=progress,
     )
     head = clean.reply.head(len(prefix))
-    trials = []
-    for i, (s, gen) in enumerate(zip(substitutes, gens)):
+    replies, subs = [], []
+    for i, gen in enumerate(gens):
         reply = head.then(Reply.from_generation(gen))
         _check_injected(reply, hook.injected[i], i)
-        trials.append(Trial(i, s, reply, [firsts[i], *hook.substitutions[i]]))
-    return trials
+        replies.append(reply)
+        subs.append([firsts[i], *hook.substitutions[i]])
+    if config.study:
+        replies = finish_replies(model, clean.rendered.ids, replies, [cut_tail(r, ss) for r, ss in zip(replies, subs)], config.top_k)
+    return [Trial(i, s, r, ss) for i, (s, r, ss) in enumerate(zip(substitutes, replies, subs))]
 
 
 def serial_trial(
@@ -266,6 +403,8 @@ def serial_trial(
     reply = Reply.from_generation(gen)
     _check_injected(reply, hook.injected[0], 0)
     subs = hook.substitutions[0]
+    if config.study:
+        reply = finish_replies(model, rendered.ids, [reply], [cut_tail(reply, subs)], config.top_k)[0]
     return Trial(0, substitute, reply, subs, untouched=not subs)
 
 

@@ -2,6 +2,8 @@
 
 These column names are the public schema (documented in the README); readers depend on them.
 Per-token lists are aligned with ``token_ids``; surprisal and entropies are null at injected steps.
+Under the study's conventions a reply the model ended holds its end-of-turn token as its last token
+(with its records, in every mean); the ``reply`` text leaves it out.
 Top-k log-probs are stored as float16 (SPEC §6: bytes per trial), everything else as float32/64.
 """
 
@@ -13,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from sleight.tamper.engine import Clean, Reply, TamperConfig, Trial
-from sleight.tamper.signals import entropy_top, mask_injected, swap_runs, trial_deltas
+from sleight.tamper.signals import entropy_returned, entropy_top, mask_injected, swap_runs, trial_deltas
 
 _I32 = pa.list_(pa.int32())
 _F32 = pa.list_(pa.float32())
@@ -103,13 +105,33 @@ def _nested_array(arrays: Sequence[np.ndarray], typ: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(outer, pa.int32()), inner)
 
 
-def _token_columns(replies: Sequence[Reply]) -> dict[str, pa.Array]:
+def entropy_top20(reply: Reply, config: TamperConfig) -> np.ndarray:
+    """The ``entropy_top20`` values of a reply under ``config``'s conventions (unmasked)."""
+    if config.study:
+        return entropy_returned(reply.top_ids, reply.top_logprobs, reply.token_ids, reply.logprobs)
+    return entropy_top(reply.top_logprobs)
+
+
+def reply_signals(reply: Reply, config: TamperConfig) -> dict[str, np.ndarray]:
+    """Per-token surprisal and entropies (unmasked), by signal name."""
+    return {"surprisal": -reply.logprobs, "entropy_top20": entropy_top20(reply, config), "entropy_full": np.asarray(reply.entropy, dtype=np.float64)}
+
+
+def trial_swaps(trial: Trial, config: TamperConfig) -> list[tuple[int, int]]:
+    """``(start, end)`` of each swap: one per substitution (study, as its ``sub_indices``) or one
+    per maximal run of injected tokens (sleight)."""
+    if config.study:
+        return [(s.step, s.step + len(s.ids)) for s in trial.substitutions if s.ids]
+    return swap_runs(trial.reply.injected)
+
+
+def _token_columns(replies: Sequence[Reply], config: TamperConfig) -> dict[str, pa.Array]:
     inj = [r.injected for r in replies]
     return {
         "token_ids": _list_array([np.asarray(r.token_ids, dtype=np.int64) for r in replies], pa.int32()),
         "logprobs": _list_array([r.logprobs for r in replies], pa.float32()),
         "surprisal": _list_array([mask_injected(-r.logprobs, i) for r, i in zip(replies, inj)], pa.float32(), True),
-        "entropy_top20": _list_array([mask_injected(entropy_top(r.top_logprobs), i) for r, i in zip(replies, inj)], pa.float32(), True),
+        "entropy_top20": _list_array([mask_injected(entropy_top20(r, config), i) for r, i in zip(replies, inj)], pa.float32(), True),
         "entropy_full": _list_array([mask_injected(r.entropy, i) for r, i in zip(replies, inj)], pa.float32(), True),
         "top20_ids": _nested_array([r.top_ids for r in replies], pa.int32()),
         "top20_logprobs": _nested_array([r.top_logprobs for r in replies], pa.float16()),
@@ -128,20 +150,19 @@ def clean_table(
         "question": pa.array([question]),
         "trigger": pa.array([config.trigger]),
         "rendered_prompt": pa.array([clean.rendered.text]),
-        "reply": pa.array([decode(r.token_ids)]),
+        "reply": pa.array([decode(r.text_ids)]),
         "n_tokens": pa.array([len(r.token_ids)], pa.int32()),
         "finish_reason": pa.array([r.finish_reason]),
         "n_triggers": pa.array([len(clean.triggers)], pa.int32()),
         "trigger_steps": pa.array([[t.start for t in clean.triggers]], _I32),
         "trigger_ends": pa.array([[t.end for t in clean.triggers]], _I32),
-        **_token_columns([r]),
+        **_token_columns([r], config),
     }
     return pa.table(cols, schema=CLEAN_SCHEMA)
 
 
-def clean_signals(clean: Clean) -> dict[str, np.ndarray]:
-    r = clean.reply
-    return {"surprisal": -r.logprobs, "entropy_top20": entropy_top(r.top_logprobs), "entropy_full": np.asarray(r.entropy, dtype=np.float64)}
+def clean_signals(clean: Clean, config: TamperConfig) -> dict[str, np.ndarray]:
+    return reply_signals(clean.reply, config)
 
 
 def trials_table(
@@ -156,15 +177,14 @@ def trials_table(
     entity_index: int | None = 0,
 ) -> pa.Table:
     """One row per trial of a question, with its swaps and Δ signals."""
-    base = clean_signals(clean)
+    base = clean_signals(clean, config)
     starts = [t.start for t in clean.triggers]
     ends = [t.end for t in clean.triggers]
-    runs = [swap_runs(t.reply.injected) for t in trials]
+    runs = [trial_swaps(t, config) for t in trials]
     deltas = []
     for t, rs in zip(trials, runs):
         r = t.reply
-        sig = {"surprisal": -r.logprobs, "entropy_top20": entropy_top(r.top_logprobs), "entropy_full": np.asarray(r.entropy, dtype=np.float64)}
-        deltas.append(trial_deltas(sig, r.injected, [a for a, _ in rs], base, starts, ends, config.window))
+        deltas.append(trial_deltas(reply_signals(r, config), r.injected, [a for a, _ in rs], base, starts, ends, config.window))
     n = len(trials)
     cols = {
         "model": pa.array([model_name] * n),
@@ -176,7 +196,7 @@ def trials_table(
         "substitute": pa.array([t.substitute for t in trials]),
         "is_entity": pa.array([entity_index is not None and t.substitute_index == entity_index for t in trials]),
         "untouched": pa.array([t.untouched for t in trials]),
-        "reply": pa.array([decode(t.reply.token_ids) for t in trials]),
+        "reply": pa.array([decode(t.reply.text_ids) for t in trials]),
         "n_tokens": pa.array([len(t.reply.token_ids) for t in trials], pa.int32()),
         "finish_reason": pa.array([t.reply.finish_reason for t in trials]),
         "n_swaps": pa.array([len(rs) for rs in runs], pa.int32()),
@@ -185,7 +205,7 @@ def trials_table(
         "n_substitutions": pa.array([len(t.substitutions) for t in trials], pa.int32()),
         "n_fallbacks": pa.array([sum(s.fallback for s in t.substitutions) for t in trials], pa.int32()),
         "injected": pa.array([t.reply.injected.tolist() for t in trials], pa.list_(pa.bool_())),
-        **_token_columns([t.reply for t in trials]),
+        **_token_columns([t.reply for t in trials], config),
         **{c: pa.array([d[c] for d in deltas], pa.float64()) for c in DELTA_COLUMNS},
     }
     return pa.table(cols, schema=TRIALS_SCHEMA)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.backends.base import LanguageModel
+from sleight.errors import UserError
 from sleight.progress import SweepProgress
 from sleight.rundir import ALL, Shard, versions
 from sleight.tamper import two_phase
@@ -58,7 +59,10 @@ def run_config(
     substitute_source: str = "shipped",
     decoding: str = "lockstep",
 ) -> dict[str, Any]:
-    """The manifest's ``config``: everything that decides the records (compared on resume)."""
+    """The manifest's ``config``: everything that decides the records (compared on resume).
+
+    ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`.
+    """
     return {
         "model": model_spec,
         "engine": engine,
@@ -70,6 +74,30 @@ def run_config(
         "question_source": question_source,
         "substitute_source": substitute_source,
     }
+
+
+CONVENTION_KEYS = ("conventions", "punctuation_led")
+
+
+def _conventions_flags(c: dict[str, Any]) -> str:
+    return f"--conventions {c['conventions']}" + (" --punctuation-led" if c["punctuation_led"] else "")
+
+
+def check_conventions(store: RunStore, config: dict[str, Any]) -> None:
+    """Refuse, in one line, to resume a run directory made under other conventions. A directory made
+    before they were recorded was made with sleight's own (``--conventions sleight``), and resumes so."""
+    old = store.read_manifest()
+    if old is None:
+        return
+    was = old.get("config") or {}
+    then = {"conventions": was.get("conventions", "sleight"), "punctuation_led": bool(was.get("punctuation_led", False))}
+    now = {k: config.get(k, TamperConfig.__dataclass_fields__[k].default) for k in CONVENTION_KEYS}
+    if then != now:
+        how = "before the conventions were recorded, so with" if "conventions" not in was else "with"
+        raise UserError(
+            f"run directory {store.dir} was made {how} {_conventions_flags(then)}, not {_conventions_flags(now)}; "
+            "pass those flags to resume it, use another --out, or --overwrite to start over"
+        )
 
 
 def run_tamper(
@@ -98,6 +126,8 @@ def run_tamper(
     info = model.info.as_dict()
     store = RunStore(out)
     cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source, decoding)
+    if not overwrite:
+        check_conventions(store, cfg)
     store.check_config(cfg, overwrite=overwrite)
     prompts = {q.id: render_question(model, q.question) for q in questions}
     store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions(), shard=shard)

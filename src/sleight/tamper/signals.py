@@ -4,9 +4,11 @@ Pure numpy over the stored lists, so every Δ column recomputes from the tables.
 (all in nats; ``W`` = window width, 8):
 
 * surprisal ``s_t = -ln p(x_t | x_<t)`` of each model-chosen token; undefined (null) at injected ones.
-* ``entropy_top20``: entropy of the top-20 log-probs renormalised to sum to one (study-compatible);
-  ``entropy_full``: the exact entropy of the whole next-token distribution.
-* A *swap* is one maximal run of injected tokens; its step is the run's first index.
+* ``entropy_top20``: entropy of the top-20 log-probs renormalised to sum to one; under the study's
+  conventions the chosen token joins them when it is not among them (vLLM returns it beside the
+  top-k, :func:`entropy_returned`); ``entropy_full``: the exact entropy of the whole distribution.
+* A *swap* is one substitution (study conventions; two adjacent substitutions are two swaps) or one
+  maximal run of injected tokens (sleight conventions); its step is its first index.
 * Study-compatible ``delta_*``: for each swap, the window is the next ``W`` model-chosen tokens after
   it (injected tokens skipped, cut at the reply's end; a window may run past the next swap, so
   windows can overlap). Δ = mean of all window values pooled (a token in two windows counts
@@ -34,6 +36,23 @@ def entropy_top(top_logprobs: np.ndarray) -> np.ndarray:
         return np.zeros(lp.shape[0], dtype=np.float64)
     lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
     return -(np.exp(lp) * lp).sum(axis=1)
+
+
+def entropy_returned(top_ids: np.ndarray, top_logprobs: np.ndarray, token_ids: Sequence[int], logprobs: np.ndarray) -> np.ndarray:
+    """The study's top-k entropy: over the candidates vLLM returns at a step, the top-k plus the
+    chosen token when it is not among them, renormalised (Sleight-of-Word ``tokens.py``
+    ``entropy_nats``, l.107-122; vLLM's ``logprobs=k`` dict holds the sampled token too)."""
+    lp = np.asarray(top_logprobs, dtype=np.float64)
+    if lp.size == 0:
+        return np.zeros(lp.shape[0], dtype=np.float64)
+    ids = np.asarray(top_ids)
+    chosen = np.asarray(token_ids, dtype=np.int64)[:, None]
+    outside = ~(ids == chosen).any(axis=1)
+    extra = np.where(outside, np.asarray(logprobs, dtype=np.float64), -np.inf)[:, None]
+    both = np.concatenate([lp, extra], axis=1)
+    both = both - np.logaddexp.reduce(both, axis=1, keepdims=True)
+    p = np.exp(both)
+    return -np.where(p > 0, p * np.where(np.isfinite(both), both, 0.0), 0.0).sum(axis=1)
 
 
 def mask_injected(values: np.ndarray, injected: np.ndarray) -> np.ndarray:

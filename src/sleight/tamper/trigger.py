@@ -1,5 +1,10 @@
 """Trigger detection and word surgery (SPEC §3.2), as pure functions over token ids.
 
+Two detectors live here. :func:`find_token_trigger` is the study's (Sleight-of-Word ``tokens.py``,
+the default conventions): a trigger is ONE token that reads as optional whitespace then the word,
+decided with pair decodes. :func:`find_pending_trigger` is sleight's own text-level detector (the
+``sleight`` conventions), whose contract follows.
+
 Text is only ever read through a ``decode`` callable applied to a *window* of several tokens, never
 to one token alone: some tokenizers drop the leading space of a single-token decode, and a word's
 boundaries are a property of the characters on both sides of it. A trigger is decided with one
@@ -154,15 +159,22 @@ def _token_at(tokens: Sequence[int], s: int, char: int, decode: Decode) -> tuple
     return len(tokens) - 1, prev
 
 
-def scan_triggers(tokens: Sequence[int], decode: Decode, word: str, injected: Sequence[bool] = ()) -> list[Trigger]:
+Finder = Callable[[Sequence[int], "int | None", Decode, str, Sequence[bool]], "Trigger | None"]
+
+
+def scan_triggers(
+    tokens: Sequence[int], decode: Decode, word: str, injected: Sequence[bool] = (), find: Finder | None = None
+) -> list[Trigger]:
     """Every trigger of a finished reply, in order, as the decoding hook would have met them.
 
-    The reply's end (end-of-sequence or budget) is the look-ahead of its last token.
+    The reply's end (end-of-sequence or budget) is the look-ahead of its last token. ``find`` is
+    the detector (default :func:`find_pending_trigger`).
     """
+    find = find or find_pending_trigger
     found: list[Trigger] = []
     n = len(tokens)
     for i in range(1, n + 1):
-        t = find_pending_trigger(tokens[:i], tokens[i] if i < n else None, decode, word, injected)
+        t = find(tokens[:i], tokens[i] if i < n else None, decode, word, injected)
         if t is not None:
             found.append(t)
     return found
@@ -211,3 +223,95 @@ def encode_in_context(encode: Encode, before: str, text: str) -> tuple[list[int]
         return encode(text), True
     ids = position.encode_in_context(encode, before, text)
     return (ids, True) if ids is not None else (encode(text), False)
+
+
+# -- the study's detector and splice (the default conventions) ------------------------------------
+# Sleight-of-Word 08d2bae, src/awareness/tokens.py: token_word (l.20-33), _is_letter (l.36-37),
+# _boundary_after (l.40-53), _boundary_before (l.56-72), is_trigger (l.75-93),
+# encode_replacement (l.96-104). Re-derived from the rules, not copied.
+
+_ASCII_WORD = re.compile(r"[A-Za-z']+")
+
+
+def _letterish(text: str) -> bool:
+    """The study's notion of a letter: the first character is alphabetic or an ASCII apostrophe."""
+    return text[:1].isalpha() or text[:1] == "'"
+
+
+def token_head(piece: str, punctuation_led: bool = False) -> tuple[str, str, str, str] | None:
+    """``(space, punctuation, word, rest)`` of one token's text, or ``None`` when it has no head word.
+
+    The head word is the run of ASCII letters and apostrophes right after the token's leading
+    whitespace. A token led by punctuation (``'"the'``, ``"(The"``) has none (the study's "mention
+    vs use": a quoted word is left to stand), unless ``punctuation_led``: then punctuation (neither
+    whitespace, letter, digit nor apostrophe) between the whitespace and the word is allowed.
+    """
+    i = len(piece) - len(piece.lstrip())
+    j = i
+    if punctuation_led:
+        while j < len(piece) and not (piece[j].isspace() or piece[j].isalnum() or piece[j] == "'"):
+            j += 1
+    m = _ASCII_WORD.match(piece, j)
+    if m is None:
+        return None
+    return piece[:i], piece[i:j], m.group(), piece[m.end() :]
+
+
+def _pair_tail(decode: Decode, a: int, b: int) -> tuple[str, str | None]:
+    """``decode([a])`` and what ``b`` adds after it in ``decode([a, b])`` (``None``: the pair rewrote ``a``)."""
+    one = decode([a])
+    pair = decode([a, b])
+    return one, (pair[len(one) :] if pair.startswith(one) else None)
+
+
+def find_token_trigger(
+    tokens: Sequence[int],
+    next_token: int | None,
+    decode: Decode,
+    word: str,
+    injected: Sequence[bool] = (),
+    punctuation_led: bool = False,
+) -> Trigger | None:
+    """The study's trigger: is the LAST of ``tokens`` one whole-word occurrence of ``word``?
+
+    The token alone must read as optional whitespace, then ``word`` (ASCII letters, case-insensitive)
+    and no further letter or apostrophe. Word-initial: the token has leading whitespace (or, with
+    ``punctuation_led``, punctuation), or it opens the reply, or what it adds after the previous
+    token in a pair decode starts with a non-letter, or the previous token's text ends in one.
+    Word-final: the reply ends after it (``next_token`` is ``None``), or what the next token adds in
+    a pair decode does not start with a letter or apostrophe. An injected token is never a trigger.
+    """
+    j = len(tokens) - 1
+    if j < 0 or (j < len(injected) and injected[j]):
+        return None
+    piece = decode([tokens[j]])
+    head = token_head(piece, punctuation_led)
+    if head is None:
+        return None
+    space, punct, w, rest = head
+    if w.lower() != word.lower() or _letterish(rest):
+        return None
+    before = (space + punct)[-1:]
+    if not before and j > 0:
+        prev, sep = _pair_tail(decode, tokens[j - 1], tokens[j])
+        if sep is not None and _letterish(sep) and prev and _letterish(prev[-1:]):
+            return None  # glued to the previous word (" the" + "ory" read backwards)
+        before = prev[-1:]
+    after = rest[:1]
+    if next_token is not None:
+        _, tail = _pair_tail(decode, tokens[j], next_token)
+        if tail is not None and _letterish(tail):
+            return None  # the word goes on in the next token
+        after = after or (tail or "")[:1]
+    return Trigger(start=j, end=j + 1, text=piece, word=w, before=before, after=after)
+
+
+def study_swap_text(trigger: Trigger, substitute: str, punctuation_led: bool = False) -> str:
+    """What the study splices for a one-token trigger: one space if the token had leading whitespace
+    (any kind), the substitute with its first letter upper-cased if the word's was, and nothing of
+    what followed the word in the token. With ``punctuation_led`` the leading punctuation is kept.
+    """
+    head = token_head(trigger.text, punctuation_led)
+    space, punct, w = (head[0], head[1], head[2]) if head else ("", "", "")
+    text = substitute[:1].upper() + substitute[1:] if w[:1].isupper() else substitute
+    return (" " if space else "") + punct + text

@@ -5,7 +5,7 @@ score them once. For engines that cannot afford per-step surgery (vLLM); engine-
 decided so far (on the first round: the clean prefix and the forced substitute). It generates
 greedily within the budget left and stops at end-of-sequence, at the budget, or at a token after
 which the trigger may be complete (the stop list, a fast path). On return the project's own detector
-(:func:`find_pending_trigger`, one token of look-ahead) reads the new tokens in order. A confirmed
+(the conventions' detector, one token of look-ahead) reads the new tokens in order. A confirmed
 trigger keeps the tokens before it, drops the trigger tokens, the look-ahead and everything after,
 appends the substitute encoded in context, and the row goes out again (a prefix cache makes that
 cost only the new tail). When the last token may end the word but its look-ahead was not generated,
@@ -14,7 +14,9 @@ list does not know is found in the returned tokens all the same (the tokens afte
 a false stop costs one request. All live rows of a question go out together, one call per round.
 
 *Phase B* computes every record with the engine's teacher-forced :meth:`score_tokens` over the final
-replies (the shared prefix once, forked). Where the scoring pass's argmax is not the token Phase A
+replies (the shared prefix once, forked). Under the study's conventions a reply the model ended is
+scored with an end-of-turn token after it, which is kept (:func:`~sleight.tamper.engine.adopt_end`),
+and a substitute is never cut by the budget. Where the scoring pass's argmax is not the token Phase A
 chose at a model-chosen position (two engines' numerics), it is counted per trial, never hidden.
 
 The functions mirror :mod:`sleight.tamper.engine` (``clean_run``, ``batched_trials``) and return the
@@ -38,10 +40,13 @@ from sleight.tamper.engine import (
     TamperConfig,
     Trial,
     WordEnd,
+    adopt_end,
+    end_placeholder,
+    find_triggers,
     plan_substitution,
     untouched_trials,
 )
-from sleight.tamper.trigger import find_pending_trigger, is_word_end, is_word_start, scan_triggers
+from sleight.tamper.trigger import is_word_end, is_word_start
 
 DECODINGS = ("lockstep", "two-phase")
 
@@ -113,6 +118,7 @@ class _Decider:
         self.budget = config.max_new_tokens
         self.may_end = WordEnd(model, config.trigger)
         self.stop_ids = trigger_stop_ids(model, config.trigger)
+        self.find = config.finder()
         self.rounds = 0
 
     def run(self, rows: list[_Row], progress: Callable[[int], None] | None) -> None:
@@ -154,10 +160,10 @@ class _Decider:
             else:  # the look-ahead is not generated yet: ask for exactly one token
                 r.reply, r.injected, r.checked, r.pending = full, flags, e, True
                 return
-            trig = find_pending_trigger(full[: e + 1], nxt, self.model.decode, self.config.trigger, flags)
+            trig = self.find(full[: e + 1], nxt, self.model.decode, self.config.trigger, flags)
             if trig is None:
                 continue
-            sub = plan_substitution(full[: e + 1], trig, self.substitutes[i], self.config.trigger, self.model, self.budget)
+            sub = plan_substitution(full[: e + 1], trig, self.substitutes[i], self.model, self.config)
             r.reply = full[: trig.start] + list(sub.ids)
             r.injected = flags[: trig.start] + [True] * len(sub.ids)
             r.substitutions.append(sub)
@@ -170,10 +176,12 @@ class _Decider:
             r.done, r.finish = True, ("stop" if out.finish_reason == "stop" else "length")
 
 
-def _reply(scored: Scored, injected: Sequence[bool], finish: str) -> tuple[Reply, int]:
-    """Phase B's records as a :class:`Reply`, and how many model-chosen positions' argmax differs."""
-    flags = np.asarray(injected, dtype=bool)
-    toks = np.asarray(scored.token_ids, dtype=np.int64)
+def _reply(scored: Scored, injected: Sequence[bool], finish: str, eos_ids: frozenset[int] | None = None) -> tuple[Reply, int]:
+    """Phase B's records as a :class:`Reply`, and how many model-chosen positions' argmax differs.
+
+    With ``eos_ids``, the last scored token is an end-of-turn placeholder that the reply keeps as
+    the model's own end-of-turn token (study conventions)."""
+    flags = np.asarray(list(injected) + ([False] if eos_ids is not None else []), dtype=bool)
     reply = Reply(
         token_ids=list(scored.token_ids),
         logprobs=np.asarray(scored.logprobs, dtype=np.float64),
@@ -183,6 +191,9 @@ def _reply(scored: Scored, injected: Sequence[bool], finish: str) -> tuple[Reply
         injected=flags,
         finish_reason=finish,
     )
+    if eos_ids is not None:
+        adopt_end(reply, eos_ids)
+    toks = np.asarray(reply.token_ids, dtype=np.int64)
     if not len(toks):
         return reply, 0
     return reply, int(((reply.top_ids[:, 0] != toks) & ~flags).sum())
@@ -193,10 +204,17 @@ def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, pr
     out = model.generate_until([rendered.ids], config.max_new_tokens)[0]
     if progress:
         progress(len(out.token_ids) + (out.finish_reason == "stop"))
-    scored = model.score_tokens(rendered.ids, [out.token_ids], top_k=config.top_k)[0]
-    reply, dis = _reply(scored, [False] * len(out.token_ids), out.finish_reason)
+    eos = _keeps_end(model, config, out.finish_reason)
+    tail = [end_placeholder(model)] if eos is not None else []
+    scored = model.score_tokens(rendered.ids, [list(out.token_ids) + tail], top_k=config.top_k)[0]
+    reply, dis = _reply(scored, [False] * len(out.token_ids), out.finish_reason, eos)
     cost = Cost(requests=1, decoded=len(out.token_ids) + (out.finish_reason == "stop"), prefilled=len(rendered.ids))
-    return Clean(rendered, reply, scan_triggers(reply.token_ids, model.decode, config.trigger), disagreements=dis, cost=cost)
+    return Clean(rendered, reply, find_triggers(model, reply, config), disagreements=dis, cost=cost)
+
+
+def _keeps_end(model: LanguageModel, config: TamperConfig, finish: str) -> frozenset[int] | None:
+    """The end ids when the reply keeps an end-of-turn token (study conventions, ended by the model)."""
+    return model.eos_ids if config.study and finish == "stop" else None
 
 
 def batched_trials(
@@ -215,16 +233,17 @@ def batched_trials(
     prompt = list(clean.rendered.ids)
     rows = []
     for s in substitutes:
-        sub = plan_substitution(prefix, first, s, config.trigger, model, config.max_new_tokens)
+        sub = plan_substitution(prefix, first, s, model, config)
         reply = prefix + list(sub.ids)
         # The clean run's request already computed the rendered chat and the prefix (prefix cache).
         row = _Row(reply, [False] * len(prefix) + [True] * len(sub.ids), [sub], len(reply), seen=prompt + prefix)
         row.done = not sub.ids or len(reply) >= config.max_new_tokens
         rows.append(row)
     _Decider(model, prompt, substitutes, config).run(rows, progress)
-    scored = model.score_tokens(prompt, [r.reply for r in rows], top_k=config.top_k)
+    ends = [_keeps_end(model, config, r.finish) for r in rows]
+    scored = model.score_tokens(prompt, [r.reply + ([end_placeholder(model)] if e is not None else []) for r, e in zip(rows, ends)], top_k=config.top_k)
     trials = []
-    for i, (s, r, sc) in enumerate(zip(substitutes, rows, scored)):
-        final, dis = _reply(sc, r.injected, r.finish)
+    for i, (s, r, sc, e) in enumerate(zip(substitutes, rows, scored, ends)):
+        final, dis = _reply(sc, r.injected, r.finish, e)
         trials.append(Trial(i, s, final, r.substitutions, disagreements=dis, cost=r.cost))
     return trials
