@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 CHECK ?= 1
 
-.PHONY: demo test test-fast check lint docs install clean chromium
+.PHONY: demo test test-fast test-kernels check lint docs install clean chromium
 
 install: $(VENV)/.installed
 
@@ -59,6 +59,7 @@ demo: install
 
 test: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-kernels
 ifneq ($(CHECK),0)
 	$(MAKE) --no-print-directory check
 endif
@@ -66,6 +67,20 @@ endif
 # The development tier: everything but the tests marked slow.
 test-fast: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The tests that compare floats, in their fast tier, under every other CPU kernel set this CPU
+# offers (ATEN_CPU_CAPABILITY: default, avx2, avx512; forcing one the CPU lacks dies with SIGILL).
+# The tolerances they use (tests/tolerances.py) must hold on every kernel set, not only torch's pick.
+NUMERIC_TESTS := tests/test_backends.py tests/test_position.py tests/test_readout_measure.py tests/test_readout_ptrue.py \
+	tests/test_estimators.py tests/test_forecast_readouts.py tests/test_jury_slots.py tests/test_peer_exact.py \
+	tests/test_tamper_engine.py tests/test_two_phase.py tests/test_scan.py tests/test_lm_eval_scan.py
+test-kernels: install $(VENV)/.peers
+	@own=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"); \
+	for k in $$($(BIN)/python benchmarks/noise.py --list-kernels); do \
+	  [ "$$k" = "$$own" ] && continue; \
+	  echo "== numeric tests (fast tier) with ATEN_CPU_CAPABILITY=$$k (torch's own pick here: $$own)"; \
+	  ATEN_CPU_CAPABILITY=$$k $(BIN)/python -m pytest -q -m "not slow" $(NUMERIC_TESTS) || exit 1; \
+	done
 
 check: docs lint
 
