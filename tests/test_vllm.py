@@ -18,7 +18,7 @@ import pytest
 from sleight.backends import load_model
 from sleight.backends import vllm as adapter
 from sleight.errors import UserError
-from sleight.tamper.store import load_trials
+from sleight.tamper.store import load_manifest, load_trials
 from tamper_artifacts import sleight
 from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
 
@@ -128,6 +128,9 @@ def test_tamper_run_two_phase_on_vllm_equals_hf_lockstep(tmp_path):
         sleight("tamper", "run", "--questions-file", str(qfile), "--substitutes", "4", "--max-new-tokens", "48",
                 "--engine", engine, "--decoding", decoding, "--out", str(out), "--no-progress")  # fmt: skip
         runs[engine] = load_trials(out).sort_values(["question_id", "substitute"]).reset_index(drop=True)
+        if engine == "vllm":  # the engine's prefix-cache counters in the session record
+            (stats,) = [s["engine_stats"] for s in load_manifest(out)["sessions"]]
+            assert stats["prefix_cache_hits"] > 0 and 0 < stats["prefix_cache_hit_rate"] <= 1
     hf, vl = runs["hf"], runs["vllm"]
     assert len(hf) == len(vl) == len(TAMPER_QUESTIONS) * 4
     for (_, a), (_, b) in zip(hf.iterrows(), vl.iterrows()):

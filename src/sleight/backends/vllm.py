@@ -225,7 +225,7 @@ def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequenc
     return np.asarray(got, dtype=np.float64)
 
 
-def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float]:
+def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float | None]:
     """The prefix-cache counters of ``LLM.get_metrics()``: queries and hits (in tokens) and their ratio."""
     got = {
         m.name: float(getattr(m, "value", 0) or 0)
@@ -236,7 +236,7 @@ def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float]:
     return {
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
-        "prefix_cache_hit_rate": hits / queries if queries else math.nan,
+        "prefix_cache_hit_rate": hits / queries if queries else None,
     }
 
 
@@ -336,7 +336,7 @@ class VLLMModel(HFTokenizerOps):
             )
         return self._twin
 
-    def engine_stats(self) -> dict[str, float]:
+    def engine_stats(self) -> dict[str, float | None]:
         """What the engine counted since it started (prefix-cache queries, hits and hit rate)."""
         return prefix_cache_stats(self.llm.get_metrics())
 

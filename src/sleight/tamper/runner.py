@@ -166,6 +166,8 @@ def run_tamper(
         prog.close()
         if store.session is not None:
             store.session.record.update(stats.record())
+            if hasattr(model, "engine_stats"):  # vLLM's own counters (prefix-cache queries, hits, hit rate)
+                store.session.record["engine_stats"] = model.engine_stats()
         store.finish(completed)
     return RunSummary(
         Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
