@@ -28,6 +28,7 @@ from sleight.stats.downstream import (
     metric_interval,
     paired_difference,
 )
+from tolerances import FLOAT64_ATOL
 
 # ---------------------------------------------------------------------------------------------
 # correctness rules
@@ -294,7 +295,7 @@ def test_roc_points_area_is_the_auroc(tied):
     s = rng.integers(0, 5, 60).astype(float) if tied else rng.normal(size=60)
     fpr, tpr = dr.roc_points(s, y)
     assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0.0, 0.0, 1.0, 1.0)
-    assert np.trapezoid(tpr, fpr) == pytest.approx(auroc(s, y), abs=1e-12)
+    assert np.trapezoid(tpr, fpr) == pytest.approx(auroc(s, y), abs=FLOAT64_ATOL)
 
 
 def test_markdown_and_html_render_the_same_blocks(tmp_path):

@@ -17,6 +17,7 @@ from sleight.backends.chat import LocalChat, OpenAIChat
 from sleight.readout.audit import judge
 from sleight.readout.audit.judge_run import JUDGEMENTS, VERDICTS, judge_audit, load_judgements
 from tamper_artifacts import sleight
+from tolerances import FLOAT64_ATOL
 
 pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
 
@@ -133,7 +134,7 @@ def test_the_default_model_votes_on_every_continuation_by_slots(audit, model, tm
     assert summary.cast == summary.n_continuations == len(votes)
     assert (votes["vote_path"] == "slots").all() and votes["class"].notna().all()
     for r in votes.to_dict("records"):
-        assert len(r["class_probs"]) == len(r["class_options"]) and abs(sum(r["class_probs"]) - 1) < 1e-9
+        assert len(r["class_probs"]) == len(r["class_options"]) and sum(r["class_probs"]) == pytest.approx(1, abs=FLOAT64_ATOL)
         assert r["class"] == r["class_options"][max(range(len(r["class_probs"])), key=lambda i: r["class_probs"][i])]
         assert 0 <= r["class_mass"] <= 1
     assert "median slot mass" in (out / "report.md").read_text()

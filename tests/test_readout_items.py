@@ -27,6 +27,7 @@ from sleight.readout.audit.presets import (
 from sleight.readout.audit.sources import load_source, mmlu_records, race_records, triviaqa_records
 from sleight.readout.audit.variants import FENCE_BEGIN, FENCE_END, SUBSTITUTES, VARIANTS, Skipped, make_variant, parse_variants
 from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, polygraph_logprob, ptrue_deleted_prompt, ptrue_prompt
+from tolerances import FLOAT64_ATOL
 
 
 def write(tmp_path, name, text):
@@ -178,7 +179,7 @@ def test_library_convention_from_log_probs():
     want = s - np.log(np.exp(s).sum())
     lp = x - np.log(np.exp(x).sum())
     # Only the sanitiser's |EOS| * p_min term (exp(-30) here) is left out.
-    assert polygraph_logprob(lp[0], lp[eos]) == pytest.approx(want[0], abs=1e-12)
+    assert polygraph_logprob(lp[0], lp[eos]) == pytest.approx(want[0], abs=FLOAT64_ATOL)
     assert polygraph_logprob(lp[0], []) == pytest.approx(lp[0])
 
 

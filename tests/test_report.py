@@ -13,6 +13,7 @@ import pytest
 from report_artifacts import judged_report
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.report.runs import display_model
+from tolerances import FLOAT64_ATOL, FLOAT64_RTOL
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def _parquet(run: Path, name: str) -> str:
 def _close(a: float, b: float) -> bool:
     if a is None or b is None or (isinstance(a, float) and math.isnan(a)):
         return (a is None or math.isnan(a)) and (b is None or math.isnan(b))
-    return abs(float(a) - float(b)) < 1e-9
+    return math.isclose(float(a), float(b), rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL)  # float64 sums in another order (duckdb)
 
 
 def _sql_table1(run: Path) -> dict:

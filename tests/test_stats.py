@@ -25,6 +25,7 @@ from sleight.stats import (
     resample,
 )
 from sleight.stats import bootstrap as bootstrap_module
+from tolerances import FLOAT64_ATOL, FLOAT64_RTOL
 
 SEEDS = range(5)
 
@@ -48,8 +49,8 @@ def test_auroc_matches_sklearn(seed: int, tied: bool) -> None:
     n = int(rng.integers(5, 300))
     y = _binary_labels(rng, n)
     s = rng.integers(0, 4, n) if tied else rng.normal(size=n)
-    assert auroc(s, y) == pytest.approx(metrics.roc_auc_score(y, s), rel=1e-12, abs=1e-12)
-    assert auroc(s, y.astype(bool)) == pytest.approx(metrics.roc_auc_score(y, s), rel=1e-12, abs=1e-12)
+    assert auroc(s, y) == pytest.approx(metrics.roc_auc_score(y, s), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
+    assert auroc(s, y.astype(bool)) == pytest.approx(metrics.roc_auc_score(y, s), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_auroc_known_values() -> None:
@@ -82,7 +83,7 @@ def test_auroc_batch_along_last_axis(tied: bool) -> None:
     batch = auroc(s, y)
     assert batch.shape == (40,)
     rows = np.array([auroc(s[r], y[r]) for r in range(40)])
-    np.testing.assert_allclose(batch, rows, rtol=0, atol=1e-15, equal_nan=True)
+    np.testing.assert_array_equal(batch, rows)  # the same arithmetic row by row: bit-identical
 
 
 def test_average_ranks_matches_scipy() -> None:
@@ -106,15 +107,15 @@ def test_brier_matches_sklearn(seed: int) -> None:
     n = int(rng.integers(2, 300))
     y = _binary_labels(rng, n)
     p = rng.random(n)
-    assert brier(p, y) == pytest.approx(metrics.brier_score_loss(y, p), rel=1e-12)
+    assert brier(p, y) == pytest.approx(metrics.brier_score_loss(y, p), rel=FLOAT64_RTOL)
     p_tied = rng.integers(0, 5, n) / 4.0
-    assert brier(p_tied, y) == pytest.approx(metrics.brier_score_loss(y, p_tied), rel=1e-12)
+    assert brier(p_tied, y) == pytest.approx(metrics.brier_score_loss(y, p_tied), rel=FLOAT64_RTOL)
 
 
 def test_brier_batch_and_range_check() -> None:
     rng = np.random.default_rng(0)
     p, y = rng.random((6, 10)), rng.integers(0, 2, (6, 10))
-    np.testing.assert_allclose(brier(p, y), [brier(p[r], y[r]) for r in range(6)], rtol=1e-15)
+    np.testing.assert_array_equal(brier(p, y), [brier(p[r], y[r]) for r in range(6)])  # bit-identical
     with pytest.raises(ValueError):
         brier([0.2, 1.5], [0, 1])
 
@@ -133,9 +134,9 @@ def test_cohen_kappa_matches_sklearn(seed: int) -> None:
     a = rng.integers(0, k, n)
     agree = rng.random(n) < 0.6
     b = np.where(agree, a, rng.integers(0, k, n))
-    assert cohen_kappa(a, b) == pytest.approx(metrics.cohen_kappa_score(a, b), rel=1e-12, abs=1e-12)
+    assert cohen_kappa(a, b) == pytest.approx(metrics.cohen_kappa_score(a, b), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
     names = np.array(["yes", "no", "maybe", "skip", "other"])
-    assert cohen_kappa(names[a], names[b]) == pytest.approx(metrics.cohen_kappa_score(names[a], names[b]), rel=1e-12, abs=1e-12)
+    assert cohen_kappa(names[a], names[b]) == pytest.approx(metrics.cohen_kappa_score(names[a], names[b]), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_cohen_kappa_known_values() -> None:
@@ -155,7 +156,7 @@ def test_fleiss_kappa_matches_statsmodels(seed: int, method: str) -> None:
     probs[np.arange(items), lean] += 0.6
     table = np.stack([rng.multinomial(raters, row) for row in probs])
     expected = inter_rater.fleiss_kappa(table, method=method)
-    assert fleiss_kappa(table, method=method) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert fleiss_kappa(table, method=method) == pytest.approx(expected, rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_fleiss_kappa_needs_equal_rater_counts() -> None:
@@ -191,10 +192,10 @@ def test_prr_matches_loop_definition(seed: int) -> None:
     n = int(rng.integers(3, 120))
     c = rng.normal(size=n)
     q = rng.random(n)
-    assert prr(c, q) == pytest.approx(_prr_loop(c, q), rel=1e-10, abs=1e-12)
+    assert prr(c, q) == pytest.approx(_prr_loop(c, q), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
     q01 = (rng.random(n) < 0.5).astype(float)
     q01[0], q01[1] = 0.0, 1.0
-    assert prr(c, q01) == pytest.approx(_prr_loop(c, q01), rel=1e-10, abs=1e-12)
+    assert prr(c, q01) == pytest.approx(_prr_loop(c, q01), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_prr_ties_average_over_tie_orders() -> None:
@@ -209,7 +210,7 @@ def test_prr_ties_average_over_tie_orders() -> None:
         c_order = np.empty(c.size)
         c_order[order] = np.arange(c.size, 0, -1)
         values.append(_prr_loop(c_order, q))
-    assert prr(c, q) == pytest.approx(float(np.mean(values)), rel=1e-12)
+    assert prr(c, q) == pytest.approx(float(np.mean(values)), rel=FLOAT64_RTOL)
 
 
 def test_prr_exact_zero_one_and_sign() -> None:
@@ -233,7 +234,7 @@ def test_prr_exact_zero_one_and_sign() -> None:
 def test_prr_batch_along_last_axis() -> None:
     rng = np.random.default_rng(2)
     c, q = rng.integers(0, 4, (12, 30)), rng.random((12, 30))
-    np.testing.assert_allclose(prr(c, q), [prr(c[r], q[r]) for r in range(12)], rtol=1e-13)
+    np.testing.assert_array_equal(prr(c, q), [prr(c[r], q[r]) for r in range(12)])  # bit-identical
 
 
 # ---------------------------------------------------------------------------
@@ -273,11 +274,11 @@ def test_weighted_equals_expanded_data() -> None:
         assert got.shape == (25,)
         for r in range(25):
             expanded = [np.repeat(x, counts[r], axis=0) for x in arrays]
-            assert got[r] == pytest.approx(stat(*expanded), rel=1e-11, abs=1e-12), stat.__name__
+            assert got[r] == pytest.approx(stat(*expanded), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL), stat.__name__
         # float weights (whole numbers) give the same values as integer ones
-        np.testing.assert_allclose(stat(*arrays, weights=counts.astype(float)), got, rtol=1e-12)
+        np.testing.assert_array_equal(stat(*arrays, weights=counts.astype(float)), got)  # bit-identical
         # all-ones weights give the plain statistic
-        assert stat(*arrays, weights=np.ones((1, n), int))[0] == pytest.approx(stat(*arrays), rel=1e-12, abs=1e-15)
+        assert stat(*arrays, weights=np.ones((1, n), int))[0] == pytest.approx(stat(*arrays), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_weighted_auroc_nan_for_replicate_without_a_class() -> None:
@@ -295,9 +296,9 @@ def test_gathered_adapter_matches_native_weighted() -> None:
     counts = resample(n, B=300, seed=1, clusters=clusters).counts
     assert np.unique(counts.sum(axis=1)).size > 1  # replicate sizes differ
     for stat, arrays in [(auroc, (s, y)), (brier, (q, y)), (prr, (s, q))]:
-        np.testing.assert_allclose(gathered(stat)(*arrays, weights=counts), stat(*arrays, weights=counts), rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(gathered(stat)(*arrays, weights=counts), stat(*arrays, weights=counts), rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
     sample_mean = gathered(lambda x: x.mean(axis=-1))
-    np.testing.assert_allclose(sample_mean(q, weights=counts), mean(q, weights=counts), rtol=1e-12)
+    np.testing.assert_allclose(sample_mean(q, weights=counts), mean(q, weights=counts), rtol=FLOAT64_RTOL)
     assert sample_mean(q) == pytest.approx(q.mean())
 
 
