@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sleight.position import encode_continuation, read_positions, renormalise, suffix_after
+from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
 
 CONTEXTS = [
     "Is water wet? Answer True or False.\nAnswer:",
@@ -29,22 +30,22 @@ def test_equal_to_a_separate_forward_pass(model, readings):
         lp = model.next_token_logprobs([model.encode(ctx)])[0].astype(np.float64)
         assert r.context_ids == tuple(model.encode(ctx))
         assert r.argmax_id == int(np.argmax(lp))
-        assert r.argmax_logprob == pytest.approx(float(lp.max()), abs=1e-5)
+        assert r.argmax_logprob == pytest.approx(float(lp.max()), abs=LOGPROB_ATOL)
         assert list(r.top_ids) == list(np.argsort(-lp)[:5])
         p = np.exp(lp)
-        assert r.entropy == pytest.approx(float(-(p * lp).sum()), abs=1e-4)
+        assert r.entropy == pytest.approx(float(-(p * lp).sum()), abs=ENTROPY_ATOL)
         for s in r.option_sets:
             if not s.boundary_preserved:
                 continue
             firsts = sorted({t for t in s.first_ids if t is not None})
-            assert s.mass == pytest.approx(float(p[firsts].sum()), abs=1e-6)
+            assert s.mass == pytest.approx(float(p[firsts].sum()), abs=MASS_ATOL)
             for t, v in zip(s.first_ids, s.first_logprobs):
-                assert v == pytest.approx(float(lp[t]), abs=1e-5)
+                assert v == pytest.approx(float(lp[t]), abs=LOGPROB_ATOL)
             for t, v in zip(s.isolated_ids, s.isolated_logprobs):
                 assert t == model.encode(s.options[s.isolated_ids.index(t)])[0]
-                assert v == pytest.approx(float(lp[t]), abs=1e-5)
+                assert v == pytest.approx(float(lp[t]), abs=LOGPROB_ATOL)
             full = model.continuation_logprobs(model.encode(ctx), [list(e) for e in s.encodings if e])
-            assert s.logprobs == pytest.approx([float(np.sum(x)) for x in full], abs=1e-4)
+            assert s.logprobs == pytest.approx([float(np.sum(x)) for x in full], abs=LOGPROB_ATOL)
 
 
 def test_mass_is_none_not_zero_when_the_prefix_condition_fails(model, readings):
@@ -59,7 +60,7 @@ def test_distinctness_and_shared_first_tokens_counted_once(model, readings):
     paren, letters = readings[2].option_sets
     assert paren.boundary_preserved and not paren.distinct  # " (" is the first token of both
     assert paren.first_ids[0] == paren.first_ids[1]
-    assert paren.mass == pytest.approx(float(np.exp(paren.first_logprobs[0])), abs=1e-9)  # once, not twice
+    assert paren.mass == float(np.exp(paren.first_logprobs[0]))  # once, not twice (the same exp of the same number: exact)
     assert letters.distinct and len(set(letters.first_ids)) == 2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from sleight.tamper.signals import (
     clean_windows,
@@ -16,6 +17,7 @@ from sleight.tamper.signals import (
     swap_runs,
     trial_deltas,
 )
+from tolerances import FLOAT64_RTOL
 
 
 def test_entropy_of_top_k_is_renormalised():
@@ -23,7 +25,8 @@ def test_entropy_of_top_k_is_renormalised():
     uniform = np.full((1, k), math.log(1 / 1000))  # 20 equal candidates, 2% of the mass
     assert np.allclose(entropy_top(uniform), math.log(k))
     peaked = np.array([[0.0] + [-50.0] * (k - 1)])
-    assert entropy_top(peaked)[0] < 1e-15
+    z = math.log1p((k - 1) * math.exp(-50))  # -log p of the peak; the 19 others have p = e^(-50 - z)
+    assert entropy_top(peaked)[0] == pytest.approx(z * math.exp(-z) + (k - 1) * (50 + z) * math.exp(-50 - z), rel=FLOAT64_RTOL)  # ~2e-19, not 0
     lp = np.log(np.array([[0.5, 0.25, 0.125, 0.125]]))
     assert np.isclose(entropy_top(lp)[0], -(0.5 * math.log(0.5) + 0.25 * math.log(0.25) + 2 * 0.125 * math.log(0.125)))
 
