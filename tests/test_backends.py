@@ -8,6 +8,7 @@ import torch
 
 from sleight.backends import Edit
 from sleight.position import encode_continuation
+from tolerances import ENTROPY_ATOL, LOGPROB_ATOL
 
 PROMPTS = [
     "What is the capital of France?",
@@ -46,8 +47,8 @@ def test_batched_left_padded_equals_one_at_a_time(model, rendered, one_at_a_time
     batched = model.greedy(rendered, BUDGET)
     for b, s in zip(batched, one_at_a_time):
         assert b.token_ids == s.token_ids
-        np.testing.assert_allclose(b.logprobs, s.logprobs, atol=1e-4)
-        np.testing.assert_allclose(b.entropy, s.entropy, atol=1e-3)
+        np.testing.assert_allclose(b.logprobs, s.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(b.entropy, s.entropy, atol=ENTROPY_ATOL)
         assert (b.top_ids[:, :5] == s.top_ids[:, :5]).all()
 
 
@@ -57,9 +58,9 @@ def test_records_are_the_models_own_distribution(model, rendered, one_at_a_time)
     lp = model.next_token_logprobs(seqs)
     for i, tok in enumerate(gen.token_ids):
         assert tok == int(lp[i].argmax())
-        assert gen.logprobs[i] == pytest.approx(lp[i, tok], abs=1e-4)
+        assert gen.logprobs[i] == pytest.approx(lp[i, tok], abs=LOGPROB_ATOL)
         full_entropy = float(-(np.exp(lp[i]) * lp[i]).sum())
-        assert gen.entropy[i] == pytest.approx(full_entropy, abs=1e-3)
+        assert gen.entropy[i] == pytest.approx(full_entropy, abs=ENTROPY_ATOL)
         assert list(gen.top_ids[i][:3]) == list(np.argsort(-lp[i])[:3])
 
 
@@ -68,7 +69,7 @@ def test_forced_token_is_marked_and_scored_by_the_model(model, rendered):
     gen = model.greedy([rendered[0]], 6, forced=[[hello]])[0]
     assert gen.token_ids[0] == hello and gen.forced[0] and not gen.forced[1:].any()
     own = model.next_token_logprobs([rendered[0]])[0, hello]
-    assert gen.logprobs[0] == pytest.approx(own, abs=1e-4)
+    assert gen.logprobs[0] == pytest.approx(own, abs=LOGPROB_ATOL)
     assert gen.logprobs[0] < -5  # the model would never have chosen it
 
 
@@ -88,7 +89,7 @@ def test_edit_retracts_and_replaces_without_recomputing(model, rendered):
     assert gen.forced[i] and gen.token_ids[i] == london[0]
     # Scored where " Paris" stood: the distribution after the tokens before it.
     ctx = rendered[0] + gen.token_ids[:i]
-    assert gen.logprobs[i] == pytest.approx(model.next_token_logprobs([ctx])[0, london[0]], abs=1e-4)
+    assert gen.logprobs[i] == pytest.approx(model.next_token_logprobs([ctx])[0, london[0]], abs=LOGPROB_ATOL)
     # What follows is what the model writes after the corrupted text, decoded from scratch.
     ref = model.greedy([ctx + london], BUDGET - i - len(london))[0]
     assert gen.token_ids[i + len(london) :] == ref.token_ids
@@ -128,8 +129,8 @@ def test_continuation_logprob_is_the_sum_of_one_forward_pass(model, rendered):
     lp = torch.log_softmax(logits, -1)
     n = len(rendered[0])
     direct = [float(lp[n - 1 + j, t]) for j, t in enumerate(cont)]
-    np.testing.assert_allclose(got[0], direct, atol=1e-4)
-    assert got[1].sum() == pytest.approx(float(lp[n - 1, short[0]]) + (got[1][1:].sum() if len(short) > 1 else 0), abs=1e-4)
+    np.testing.assert_allclose(got[0], direct, atol=LOGPROB_ATOL)
+    assert got[1].sum() == pytest.approx(float(lp[n - 1, short[0]]) + (got[1][1:].sum() if len(short) > 1 else 0), abs=LOGPROB_ATOL)
 
 
 def test_forked_prefix_matches_recomputation(model, rendered):
@@ -148,7 +149,7 @@ def test_forked_prefix_matches_recomputation(model, rendered):
     for i, t in enumerate(tails):
         fresh = model.next_token_logprobs([prefix + t])[0]
         got = torch.log_softmax(forked[i, len(t) - 1].float(), -1).numpy()
-        assert np.abs(got - fresh).max() < 1e-4
+        assert np.abs(got - fresh).max() < LOGPROB_ATOL
 
 
 def test_shared_prefix_batch_matches_separate_rows(model, rendered):
@@ -217,7 +218,7 @@ def _direct_records(model, context, reply):
     return rows[torch.arange(len(reply)), torch.tensor(reply)].numpy(), ti.numpy(), tv.numpy(), ent.numpy()
 
 
-def _same_top(a_ids, a_lp, b_ids, b_lp, tol=1e-4):
+def _same_top(a_ids, a_lp, b_ids, b_lp, tol=LOGPROB_ATOL):
     """Top-k ids agree wherever the log-probs are not tied within ``tol``."""
     np.testing.assert_allclose(a_lp, b_lp, atol=tol)
     differ = a_ids != b_ids
@@ -234,7 +235,7 @@ def test_score_tokens_equals_an_independent_forward_pass(model, rendered, one_at
             continue
         lp, ti, tv, ent = _direct_records(model, rendered[5], reply)
         assert s.token_ids == reply and s.top_ids.shape == (len(reply), 20)
-        assert np.abs(s.logprobs - lp).max() < 1e-4 and np.abs(s.entropy - ent).max() < 1e-4
+        assert np.abs(s.logprobs - lp).max() < LOGPROB_ATOL and np.abs(s.entropy - ent).max() < ENTROPY_ATOL
         _same_top(s.top_ids, s.top_logprobs, ti, tv)
 
 
@@ -250,8 +251,8 @@ def test_score_tokens_reproduces_the_lockstep_records(model, rendered):
     assert gens[0].edits, "the hook should have fired on the first prompt"
     for p, g in zip(rendered[:3], gens):
         s = model.score_tokens(p, [g.token_ids])[0]
-        assert np.abs(s.logprobs - g.logprobs).max() < 1e-4
-        assert np.abs(s.entropy - g.entropy).max() < 1e-4
+        assert np.abs(s.logprobs - g.logprobs).max() < LOGPROB_ATOL
+        assert np.abs(s.entropy - g.entropy).max() < ENTROPY_ATOL
         _same_top(s.top_ids, s.top_logprobs, g.top_ids, g.top_logprobs)
         assert s.top_ids.dtype == g.top_ids.dtype and s.top_logprobs.dtype == g.top_logprobs.dtype
 
@@ -263,8 +264,8 @@ def test_score_tokens_in_memory_sized_groups(model, rendered, monkeypatch):
     whole = model.score_tokens(rendered[0], replies)
     monkeypatch.setattr(hf, "_SCORE_BYTES", 1)  # one row per pass
     for a, b in zip(whole, model.score_tokens(rendered[0], replies)):
-        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
-        np.testing.assert_allclose(a.entropy, b.entropy, atol=1e-5)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(a.entropy, b.entropy, atol=ENTROPY_ATOL)
 
 
 @pytest.mark.slow

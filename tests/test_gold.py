@@ -21,6 +21,7 @@ from sleight.tamper.jury import gold
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.prompt import LABELS
 from tamper_artifacts import sleight
+from tolerances import FLOAT64_ATOL
 
 pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
 
@@ -142,7 +143,7 @@ def test_label_three_trials_in_chromium_export_and_report_kappa_equals_sklearn(s
                 if math.isnan(expected):
                     assert math.isnan(row["κ"])
                 else:
-                    assert row["κ"] == pytest.approx(expected, abs=1e-12)
+                    assert row["κ"] == pytest.approx(expected, abs=FLOAT64_ATOL)
                     finite += 1
     assert finite > 0  # some κ is defined on these labels
     md = (out / "leaderboard.md").read_text()

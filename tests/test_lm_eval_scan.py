@@ -11,6 +11,7 @@ from sleight.cli.main import main
 from sleight.errors import UserError
 from sleight.position import encode_continuation
 from sleight.readout.scan.lm_eval import find_tasks, leading_whitespace, scan_task
+from tolerances import MASS_ATOL
 
 DOCS = [
     {"q": "The capital of France is", "choices": ["Paris", "Rome", "Madrid"], "gold": 0},
@@ -43,7 +44,7 @@ def test_both_modes_with_flags_equal_an_independent_reading(model, tasks_dir):
         lp = model.next_token_logprobs([model.encode(d["q"])])[0].astype(np.float64)
         firsts = {encode_continuation(model, d["q"], " " + c)[0] for c in d["choices"]}
         masses.append(float(np.exp(lp[sorted(firsts)]).sum()))
-    assert plain["mass_median"] == pytest.approx(float(np.median(masses)), abs=1e-5)
+    assert plain["mass_median"] == pytest.approx(float(np.median(masses)), abs=MASS_ATOL)
     assert leading_whitespace([" a", " b"]) == " " and leading_whitespace([" a", "b"]) == ""
 
 

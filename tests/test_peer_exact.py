@@ -16,6 +16,7 @@ import pytest
 from sleight.readout.audit.lm_eval import load_lm_eval_task
 from sleight.readout.audit.measure import measure
 from sleight.readout.ptrue.readouts import ptrue_prompt, score_pairs
+from tolerances import LOGPROB_ATOL
 
 DOCS = [
     {"q": "What is the capital of France?", "opts": ["Paris", "London", "Berlin", "Rome"], "label": 0},
@@ -93,7 +94,7 @@ def test_option_logprobs_equal_lm_evals_loglikelihoods(model, tmp_path, monkeypa
     rows = measure(model, items, ["original"], max_new_tokens=1)
     for doc, row in zip(DOCS, rows):
         want = [harness_loglikelihood(model, *harness_encode_pair(model.tokenizer, c, o)) for c, o in harness_requests(model, doc, chat=chat, text_template=template)]
-        assert row["option_logprobs"] == pytest.approx(want, abs=1e-4)
+        assert row["option_logprobs"] == pytest.approx(want, abs=LOGPROB_ATOL)
         assert row["argmax_id"] is not None
     if chat and yaml_text is TASK:
         # The case: "\nParis" after a context ending in "assistant" -- ids [198, 38634].
@@ -219,7 +220,7 @@ def test_library_equals_lm_polygraphs_p_true(model, instruct):
         pytest.skip("the reference path needs the hf engine")
     rows = [r for r in score_pairs(model, QS, AS, instruct=instruct, continuation_tokens=0) if r["readout"] == "library"]
     for (q, a), row in zip(zip(QS, AS), rows):
-        assert row["score"] == pytest.approx(polygraph_p_true(model, q, a, instruct=instruct), abs=1e-4)
+        assert row["score"] == pytest.approx(polygraph_p_true(model, q, a, instruct=instruct), abs=LOGPROB_ATOL)
         assert ("<|im_start|>" in row["context"]) is instruct
         assert ("Possible answer:" + a + "\n") in row["context"]  # inserted verbatim
 
