@@ -168,6 +168,19 @@ class SweepProgress:
         self._write(item_line(self.desc, name, self.done, self.total, self.unit, tokens, now - self.item_start, elapsed, rate))
         self.last_line = now
 
+    def show(self, done: int, line: str, *, changed: bool = True) -> None:
+        """A whole state read from elsewhere (the sweep polls its runs' folders): ``done`` units and
+        the ``line`` that describes them. On a terminal the bar moves to ``done`` with the line as
+        its postfix; off a terminal the line is written when ``changed``."""
+        if not self.enabled:
+            return
+        if self._outer is not None:
+            self._outer.n = self.done = done
+            self._outer.set_postfix_str(line, refresh=True)
+        elif changed:
+            self.done = done
+            self._write(line)
+
     def status(self, message: str) -> None:
         """A stage of the command (loading, scoring, writing): one ``sleight: ...`` line, above the bars."""
         if not self.enabled:

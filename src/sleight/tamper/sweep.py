@@ -97,8 +97,9 @@ def progress_line(counts: Mapping[str, tuple[int, int]], running: int, finished:
 
 
 class Display:
-    """The sweep's one progress display: a line rewritten in place on a terminal, a new line per
-    change otherwise (a log, CI, a pipe)."""
+    """The sweep's progress, through the one progress display (:class:`sleight.progress.SweepProgress`):
+    on a terminal a bar of the sweep's trials with the per-model counts and task states beside it, off
+    a terminal (a log, CI, a pipe) one line per change."""
 
     def __init__(
         self,
@@ -108,12 +109,14 @@ class Display:
         enabled: bool = True,
         interactive: bool | None = None,
     ) -> None:
+        from sleight.progress import SweepProgress
+
         self.runs = dict(runs)  # name -> (run dir, questions, substitutes)
-        self.stream = stream if stream is not None else sys.stdout
-        self.enabled = enabled
-        self.interactive = bool(self.stream.isatty()) if interactive is None else interactive
         self.running = self.finished = self.failed = 0
         self.start = time.monotonic()
+        total = sum(q * s for _, q, s in self.runs.values())
+        out = stream if stream is not None else sys.stdout
+        self._progress = SweepProgress(total, unit="trial", desc="sweep", enabled=enabled, stream=out, interactive=interactive, tokens=False)
         self._last = ""
         self._lock = threading.Lock()
 
@@ -121,25 +124,18 @@ class Display:
         return {name: (committed_trials(d, q, s), q * s) for name, (d, q, s) in self.runs.items()}
 
     def refresh(self, *, force: bool = False) -> None:
-        if not self.enabled:
+        if not self._progress.enabled:
             return
         with self._lock:
-            line = progress_line(self.counts(), self.running, self.finished, self.failed, time.monotonic() - self.start)
+            counts = self.counts()
+            line = progress_line(counts, self.running, self.finished, self.failed, time.monotonic() - self.start)
             key = line.split("[", 1)[0] + line.split("]", 1)[-1]  # the clock alone is no change
-            if not force and key == self._last:
-                if self.interactive:
-                    self.stream.write("\r" + line + "\033[K")
-                    self.stream.flush()
-                return
+            self._progress.show(sum(d for d, _ in counts.values()), line, changed=force or key != self._last)
             self._last = key
-            self.stream.write(("\r" + line + "\033[K") if self.interactive else line + "\n")
-            self.stream.flush()
 
     def close(self) -> None:
         self.refresh(force=True)
-        if self.enabled and self.interactive:
-            self.stream.write("\n")
-            self.stream.flush()
+        self._progress.close()
 
 
 class _Poller:
