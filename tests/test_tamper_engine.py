@@ -22,8 +22,9 @@ def questions():
 
 
 @pytest.mark.slow
-def test_batched_trials_equal_one_trial_at_a_time(model, questions):
-    cfg = TamperConfig(max_new_tokens=16)
+@pytest.mark.parametrize("conventions", ["study", "sleight"])
+def test_batched_trials_equal_one_trial_at_a_time(model, questions, conventions):
+    cfg = TamperConfig(max_new_tokens=16, conventions=conventions)
     rendered = render_question(model, questions["q006"])
     clean = clean_run(model, rendered, cfg)
     assert clean.triggers and clean.triggers[0].start > 0, "q006's clean reply should have a prefix before its first trigger"
@@ -33,7 +34,9 @@ def test_batched_trials_equal_one_trial_at_a_time(model, questions):
     # Each row decodes only its own tokens after the shared prefix, plus at most the trigger tokens
     # it withdrew when swapping later triggers; nothing is regenerated.
     k = clean.triggers[0].start
-    kept = sum(len(t.reply.token_ids) - k for t in batched)
+    # (study conventions: a kept end-of-turn token and a substitute's tokens past the budget are
+    # recorded by a scoring pass, not decoded)
+    kept = sum(len(t.reply.token_ids) - k - t.reply.eos_kept - max(0, len(t.reply.token_ids) - cfg.max_new_tokens) for t in batched)
     assert kept <= sum(fed) <= kept + sum(s.trigger_tokens for t in batched for s in t.substitutions[1:])
     for sub, trial in zip(subs, batched):
         alone = serial_trial(model, rendered, sub, cfg)
@@ -45,7 +48,8 @@ def test_batched_trials_equal_one_trial_at_a_time(model, questions):
         # The prefix records are the clean run's own.
         assert trial.reply.token_ids[:k] == clean.reply.token_ids[:k]
         assert np.array_equal(trial.reply.logprobs[:k], clean.reply.logprobs[:k])
-        assert len(trial.reply.token_ids) <= cfg.max_new_tokens
+        if conventions == "sleight":
+            assert len(trial.reply.token_ids) <= cfg.max_new_tokens
     # The naive generate-cut-splice-regenerate algorithm gives the same trial.
     ref = reference_trial(model, rendered, subs[1], cfg)
     assert ref.token_ids == batched[1].reply.token_ids
@@ -56,11 +60,11 @@ def test_trigger_at_the_budget_end_is_swapped_and_cut_to_the_budget(model, quest
     # "The tallest mountain on Earth is Mount Everest...": with the trigger "mount", " mountain" is
     # not one (look-ahead "ain"), " Mount" is; a budget ending on " Mount" leaves it pending at the end.
     rendered = render_question(model, questions["q011"])
-    probe = clean_run(model, rendered, TamperConfig(trigger="mount", max_new_tokens=12))
+    probe = clean_run(model, rendered, TamperConfig(trigger="mount", max_new_tokens=12, conventions="sleight"))
     assert "mountain" in model.decode(probe.reply.token_ids).lower()
     mounts = [t for t in probe.triggers if t.word == "Mount"]
     assert mounts, model.decode(probe.reply.token_ids)
-    cfg = TamperConfig(trigger="mount", max_new_tokens=mounts[0].end)
+    cfg = TamperConfig(trigger="mount", max_new_tokens=mounts[0].end, conventions="sleight")  # the study's: test_study_conventions
     clean = clean_run(model, rendered, cfg)
     assert clean.reply.finish_reason == "length" and clean.triggers[-1].end == cfg.max_new_tokens
     for trial in batched_trials(model, clean, ["Mandela effect", "bookshelf"], cfg) + [serial_trial(model, rendered, "Mandela effect", cfg)]:

@@ -115,11 +115,13 @@ def test_replies_budget_swaps_and_untouched(run_dir):
     trials, clean = load_trials(run_dir), load_clean(run_dir).set_index("question_id")
     for _, t in trials.iterrows():
         inj = np.asarray(t["injected"], dtype=bool)
-        assert len(t["token_ids"]) == len(inj) == t["n_tokens"] <= BUDGET
-        runs = [(a, b) for a, b in _runs(inj)]
-        assert t["n_swaps"] == len(runs) == len(t["swap_steps"])
-        assert list(t["swap_steps"]) == [a for a, _ in runs]
-        assert [list(x) for x in t["swap_ids"]] == [list(t["token_ids"][a:b]) for a, b in runs]
+        # The study's conventions (the default): a substitute may end past the budget, and a swap is
+        # one substitution (two adjacent ones are two swaps inside one injected run).
+        steps, ids = list(t["swap_steps"]), [list(x) for x in t["swap_ids"]]
+        assert len(t["token_ids"]) == len(inj) == t["n_tokens"] <= BUDGET + max([len(x) - 1 for x in ids], default=0)
+        assert t["n_swaps"] == len(steps) == t["n_substitutions"] and set(a for a, _ in _runs(inj)) <= set(steps)
+        assert ids == [list(t["token_ids"][a : a + len(x)]) for a, x in zip(steps, ids)] and all(inj[a : a + len(x)].all() for a, x in zip(steps, ids))
+        assert inj.sum() == sum(len(x) for x in ids)
         assert t["is_entity"] == (t["substitute_index"] == 0)
         c = clean.loc[t["question_id"]]
         if t["untouched"]:
@@ -138,7 +140,8 @@ def test_clean_reply_is_the_unhooked_greedy_answer(model, run_dir):
         ids = model.encode(c["rendered_prompt"])
         assert ids == model.render_chat([{"role": "user", "content": c["question"]}]).ids
         gen = model.greedy([ids], BUDGET)[0]
-        assert list(c["token_ids"]) == gen.token_ids
+        # The study's conventions: a reply the model ended keeps its end-of-turn token.
+        assert list(c["token_ids"]) == gen.token_ids + ([min(model.eos_ids)] if gen.finish_reason == "stop" else [])
         assert c["reply"] == model.decode(gen.token_ids) and c["finish_reason"] == gen.finish_reason
 
 

@@ -175,7 +175,7 @@ def test_substitute_encoded_in_context_with_prefix_check(tok):
 
 
 def test_hook_swaps_before_eos_and_at_budget_end(model, tok):
-    cfg = TamperConfig(max_new_tokens=64)
+    cfg = TamperConfig(max_new_tokens=64, conventions="sleight")  # sleight's surgery (the study's: test_study_conventions)
     out = tok.encode("I like") + [tok.one(" the")]
     eos = min(model.eos_ids)
     for proposed in (eos, None, tok.one(" cat")):
@@ -190,7 +190,7 @@ def test_hook_swaps_before_eos_and_at_budget_end(model, tok):
     hook = SwapHook(model, [], ["canoe"], cfg)
     assert hook(0, out, tok.one("ory")) is None  # "theory": accepted, nothing pending
     # Budget: injected ids are cut to what is left of the reply budget.
-    hook = SwapHook(model, [], ["Mandela effect"], TamperConfig(max_new_tokens=len(out)))
+    hook = SwapHook(model, [], ["Mandela effect"], TamperConfig(max_new_tokens=len(out), conventions="sleight"))
     edit = hook(0, out, None)
     full, _ = encode_in_context(model.encode, "I like", " Mandela effect")
     assert len(full) >= 2 and edit == Edit(force=tuple(full[:1]), retract=1)

@@ -63,16 +63,20 @@ def test_two_phase_equals_lockstep_and_the_reference(model, questions):
     assert ref.token_ids == tp[1].reply.token_ids and ref.injected == tp[1].reply.injected.tolist()
 
 
-def test_trigger_at_the_budget_end(model, questions):
+@pytest.mark.parametrize("conventions", ["study", "sleight"])
+def test_trigger_at_the_budget_end(model, questions, conventions):
     # q011 with trigger "mount": the budget ends on " Mount", whose look-ahead is the reply's end.
     probe = engine.clean_run(model, engine.render_question(model, questions["q011"]), engine.TamperConfig(trigger="mount", max_new_tokens=12))
     mount = [t for t in probe.triggers if t.word == "Mount"][0]
-    cfg = engine.TamperConfig(trigger="mount", max_new_tokens=mount.end)
+    cfg = engine.TamperConfig(trigger="mount", max_new_tokens=mount.end, conventions=conventions)
     _, _, clean_t, lock, tp = both(model, questions["q011"], cfg, ["Mandela effect", "bookshelf"])
     assert clean_t.triggers[-1].end == cfg.max_new_tokens
     for a, b in zip(lock, tp):
         assert_same_reply(a.reply, b.reply)
-        assert len(b.reply.token_ids) == cfg.max_new_tokens and b.reply.injected[-1]
+        # sleight: cut to the budget; study: the substitute whole, ending at or past it
+        n = len(b.reply.token_ids)
+        assert (n == cfg.max_new_tokens if conventions == "sleight" else n == cfg.max_new_tokens - 1 + len(b.substitutions[-1].ids))
+        assert b.reply.injected[-1]
 
 
 def test_untouched_question_costs_nothing_more(model, questions):
