@@ -10,6 +10,7 @@ from sleight.readout.audit.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OP
 from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
 from sleight.readout.forecast.readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
 from sleight.readout.scan.text_parsers import first_grid_value
+from tolerances import MASS_ATOL
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,10 @@ def test_deleted_and_alternative_template_scores(model, run):
         prompt = forecast_prompt(note, it.question, it.choices)[0]
         assert FORECAST_ITEM_INSTRUCTION in prompt
         deleted = model.render_chat([{"role": "user", "content": prompt.replace("\n" + FORECAST_ITEM_INSTRUCTION, "")}]).text
-        assert r["deleted"] == pytest.approx(expected(model, deleted), abs=1e-4)
+        assert r["deleted"] == pytest.approx(expected(model, deleted), abs=MASS_ATOL)
         msgs = [{"role": "user", "content": alt_prompt(tpl, note, it)}]
-        assert r["alt"] == pytest.approx(expected(model, model.render_chat(msgs).text), abs=1e-4)
-        assert r["alt_stem"] == pytest.approx(expected(model, model.render_chat(msgs, prefill="My guess: about ").text), abs=1e-4)
+        assert r["alt"] == pytest.approx(expected(model, model.render_chat(msgs).text), abs=MASS_ATOL)
+        assert r["alt_stem"] == pytest.approx(expected(model, model.render_chat(msgs, prefill="My guess: about ").text), abs=MASS_ATOL)
         assert r["original"] is not None and r["stem"] is not None
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from sleight.position import encode_continuation
 from sleight.readout.ptrue.readouts import MOVED_STEM, ptrue_deleted_prompt, ptrue_prompt, ptrue_readouts
+from tolerances import LOGPROB_ATOL, MASS_ATOL
 
 pytestmark = pytest.mark.slow  # P(True) readouts and generate() on the real model
 
@@ -66,7 +67,7 @@ def test_library_equals_what_lm_polygraph_computes(model, readouts):
         )
         lib = float(keep.scores[0][0, expected[0]])
         # generate() computes the LM head on the last position only; float32 rounding differs ~1e-5.
-        assert readouts["library_logprob"][k] == pytest.approx(lib, abs=1e-4)
+        assert readouts["library_logprob"][k] == pytest.approx(lib, abs=LOGPROB_ATOL)
     assert np.allclose(readouts["library"], np.exp(readouts["library_logprob"]))
 
 
@@ -75,21 +76,21 @@ def test_renormalised_labels_moved_deleted_against_independent_passes(model, rea
     for k, (q, a) in enumerate(zip(QS, AS)):
         ctx = model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}])
         lp = model.next_token_logprobs([ctx.ids])[0].astype(np.float64)
-        assert readouts["renormalised"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-5)  # batched vs lone pass
+        assert readouts["renormalised"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=MASS_ATOL)  # batched vs lone pass
 
         enc = [encode_continuation(model, ctx.text, lab) for lab in ("(A", "(B")]
         la, lb = (float(np.sum(x)) for x in model.continuation_logprobs(ctx.ids, enc))
-        assert readouts["labels_in_place"][k] == pytest.approx(1 / (1 + np.exp(lb - la)), abs=1e-5)
+        assert readouts["labels_in_place"][k] == pytest.approx(1 / (1 + np.exp(lb - la)), abs=MASS_ATOL)
 
         moved = model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}], prefill=MOVED_STEM)
         assert moved.text.endswith("<|im_start|>assistant\n" + MOVED_STEM)
         enc = [encode_continuation(model, moved.text, lab) for lab in ("A", "B")]
         la, lb = (float(np.sum(x)) for x in model.continuation_logprobs(moved.ids, enc))
-        assert readouts["moved"][k] == pytest.approx(1 / (1 + np.exp(lb - la)), abs=1e-5)
+        assert readouts["moved"][k] == pytest.approx(1 / (1 + np.exp(lb - la)), abs=MASS_ATOL)
 
         gone = model.render_chat([{"role": "user", "content": ptrue_deleted_prompt(q, a)}])
         assert "(A) True" not in gone.text
         lp = model.next_token_logprobs([gone.ids])[0].astype(np.float64)
-        assert readouts["deleted"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=1e-5)
+        assert readouts["deleted"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=MASS_ATOL)
     for name in ("renormalised", "labels_in_place", "moved", "deleted"):
         assert np.all((readouts[name] > 0) & (readouts[name] < 1)), name
