@@ -18,6 +18,7 @@ from sleight.readout.ptrue.answers import judge_answer, load_qa_items
 from sleight.readout.ptrue.readouts import ptrue_prompt
 from sleight.stats import auroc, brier, paired_bootstrap, prr
 from sleight.stats.downstream import cluster_codes
+from tolerances import FLOAT64_RTOL, LOGPROB_ATOL, MASS_ATOL
 
 pytestmark = pytest.mark.slow  # the forecast and P(True) commands end to end
 
@@ -100,7 +101,7 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
             lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, enc)]
             assert rows.loc["original", col] == "ABCD"[int(np.argmax(lps))]
             # The pipeline read this context in a padded batch, here it is alone: float32 rounding ~1e-6.
-            assert rows.loc["original", mass] == pytest.approx(float(np.exp(nxt[sorted({e[0] for e in enc})]).sum()), abs=1e-5)
+            assert rows.loc["original", mass] == pytest.approx(float(np.exp(nxt[sorted({e[0] for e in enc})]).sum()), abs=MASS_ATOL)
         # The forecast at the stemmed position: renormalised full-sequence option probabilities.
         prompt = forecast_prompt(note, it.question, it.choices)[0]
         stem = model.render_chat([{"role": "user", "content": prompt}], prefill=FORECAST_STEM)
@@ -109,10 +110,10 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
         lps = np.array([float(np.sum(a)) for a in model.continuation_logprobs(stem.ids, enc)])
         p = np.exp(lps - lps.max())
         p /= p.sum()
-        assert rows.loc["stem", "score"] == pytest.approx(float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p))), abs=1e-5)
+        assert rows.loc["stem", "score"] == pytest.approx(float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p))), abs=MASS_ATOL)
         first = sorted({e[0] for e in enc})
         nxt = model.next_token_logprobs([stem.ids])[0].astype(np.float64)
-        assert rows.loc["stem", "option_mass"] == pytest.approx(float(np.exp(nxt[first]).sum()), abs=1e-5)
+        assert rows.loc["stem", "option_mass"] == pytest.approx(float(np.exp(nxt[first]).sum()), abs=MASS_ATOL)
         assert rows.loc["original", "argmax_class"] in ARGMAX_CLASSES
 
 
@@ -195,22 +196,22 @@ def test_ptrue_library_equals_the_lm_polygraph_convention(model, ptrue_out):
         x[sorted(model.eos_ids)] = -np.inf
         x[np.isneginf(x)] = x[np.isfinite(x)].min()
         logp = x - (x.max() + np.log(np.exp(x - x.max()).sum()))
-        assert row["score"] == pytest.approx(logp[true_id], abs=1e-4)
-        assert row["library_prob"] == pytest.approx(np.exp(row["score"]), rel=1e-9)
+        assert row["score"] == pytest.approx(logp[true_id], abs=LOGPROB_ATOL)
+        assert row["library_prob"] == pytest.approx(np.exp(row["score"]), rel=FLOAT64_RTOL)
         # The convention is not the plain log-softmax: that one keeps the EOS mass, and the two differ
         # by exactly the EOS mass swapped for the smallest token's.
         plain = model.next_token_logprobs([ctx.ids])[0].astype(np.float64)
         eos = sorted(model.eos_ids)
         others = np.delete(plain, eos)
         swapped = 1.0 - np.exp(plain[eos]).sum() + len(eos) * np.exp(others.min())
-        assert plain[true_id] - row["score"] == pytest.approx(np.log(swapped), abs=1e-4)
+        assert plain[true_id] - row["score"] == pytest.approx(np.log(swapped), abs=LOGPROB_ATOL)
         # Mass at the Library position is over the readout's options True/False (first tokens in context).
         first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("True", "False")})
-        assert row["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=1e-5)
+        assert row["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=MASS_ATOL)
         # Labels in place is read at the same position over "(A"/"(B" (first tokens counted once).
         lip = df[(df["readout"] == "labels_in_place") & (df["question"] == row["question"]) & (df["answer"] == row["answer"])].iloc[0]
         first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("(A", "(B")})
-        assert lip["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=1e-5)
+        assert lip["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=MASS_ATOL)
         assert lip["argmax_token"] == row["argmax_token"] and lip["first_tokens_distinct"] == (len(first) == 2)
 
 
