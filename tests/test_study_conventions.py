@@ -23,7 +23,7 @@ from sleight.tamper.records import clean_table, trial_swaps, trials_table
 from sleight.tamper.reference import reference_trial
 from sleight.tamper.signals import entropy_returned, entropy_top
 from sleight.tamper.trigger import find_pending_trigger, find_token_trigger, study_swap_text, swap_text
-from tolerances import LOGPROB_ATOL, STUDY_ATOL
+from tolerances import FLOAT64_ATOL, LOGPROB_ATOL, STUDY_ATOL
 
 STUDY = TamperConfig()
 SLEIGHT = TamperConfig(conventions="sleight")
@@ -175,9 +175,9 @@ def test_top20_entropy_is_over_the_returned_candidates():
     top_lp = np.log(np.array([[0.5, 0.2, 0.1], [0.5, 0.2, 0.1]]))
     got = entropy_returned(top_ids, top_lp, [6, 9], np.array([math.log(0.2), math.log(0.05)]))
     # Row 0: the chosen token is among the top-k (the dict has k entries); row 1: vLLM adds it.
-    assert abs(got[0] - _entropy(list(top_lp[0]))) < 1e-12
-    assert abs(got[1] - _entropy([*top_lp[1], math.log(0.05)])) < 1e-12
-    assert abs(entropy_top(top_lp)[1] - _entropy(list(top_lp[1]))) < 1e-12
+    assert abs(got[0] - _entropy(list(top_lp[0]))) < FLOAT64_ATOL
+    assert abs(got[1] - _entropy([*top_lp[1], math.log(0.05)])) < FLOAT64_ATOL
+    assert abs(entropy_top(top_lp)[1] - _entropy(list(top_lp[1]))) < FLOAT64_ATOL
 
 
 # -- swaps and windows (runner.py compute_metrics l.159-185, sub_indices l.144-145) ---------------
