@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return [(t.reply.token_ids[len(prefix):], t.reply.finish_reason) for t in trials]
 
     def tamper_batch(b, hooked):
-        firsts = [engine.plan_substitution(prefix, clean.triggers[0], s, cfg.trigger, model, cfg.max_new_tokens) for s in subs[:b]]
+        firsts = [engine.plan_substitution(prefix, clean.triggers[0], s, model, cfg) for s in subs[:b]]
         hook = engine.SwapHook(model, prefix, subs[:b], cfg, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts]) if hooked else None
         return lambda tick: model.greedy([prompt] * b, room, hook=hook, forced=[list(f.ids) for f in firsts], top_k=cfg.top_k, progress=tick)
 

@@ -15,6 +15,7 @@ from sleight.tamper.jury.judged import judged_trials, load_run_trials
 from sleight.tamper.jury.prompt import LABELS, judge_messages
 from sleight.tamper.jury.run import case_of
 from tamper_artifacts import copy_run, real_run, sleight
+from tolerances import MASS_ATOL
 
 JUROR = "smollm2-135m-instruct"
 pytestmark = pytest.mark.slow  # the default model votes on every trial, then a second copy checks it
@@ -94,6 +95,6 @@ def test_slot_votes_equal_an_independent_forward_pass(slot_run, hf_reference):
                 logits = lm(torch.tensor([ctx])).logits[0, -1].double()
             lp = torch.log_softmax(logits, -1)[firsts].numpy()
             p_true = float(np.exp(lp[0]) / np.exp(lp).sum())
-            assert row[f"{label}_p_true"] == pytest.approx(p_true, abs=1e-4)
-            assert row[f"{label}_mass"] == pytest.approx(float(np.exp(lp).sum()), abs=1e-4)
+            assert row[f"{label}_p_true"] == pytest.approx(p_true, abs=MASS_ATOL)
+            assert row[f"{label}_mass"] == pytest.approx(float(np.exp(lp).sum()), abs=MASS_ATOL)
             assert bool(row[label]) == bool(lp[0] > lp[1])

@@ -13,6 +13,7 @@ from sleight.tamper.data import load_questions
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question, serial_trial
 from sleight.tamper.reference import reference_trial
 from sleight.tamper.trigger import encode_in_context, match_case
+from tolerances import LOGPROB_ATOL
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_batched_trials_equal_one_trial_at_a_time(model, questions, conventions)
         alone = serial_trial(model, rendered, sub, cfg)
         assert trial.reply.token_ids == alone.reply.token_ids, sub
         assert np.array_equal(trial.reply.injected, alone.reply.injected)
-        assert np.allclose(trial.reply.logprobs, alone.reply.logprobs, atol=1e-3)
+        assert np.allclose(trial.reply.logprobs, alone.reply.logprobs, atol=LOGPROB_ATOL)
         assert trial.reply.finish_reason == alone.reply.finish_reason
         assert [s.step for s in trial.substitutions] == [s.step for s in alone.substitutions]
         # The prefix records are the clean run's own.

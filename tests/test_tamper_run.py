@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from sleight.tamper.store import load_clean, load_manifest, load_trials
+from tolerances import FLOAT32_STORED_ATOL, LOGPROB_ATOL, TOP20_ENTROPY_FLOAT16_ATOL
 
 # q001 starts with its trigger, q006 has a 4-token prefix before its first one, q089 has none.
 QUESTION_IDS = ["q001", "q006", "q089"]
@@ -156,8 +157,8 @@ def test_stored_surprisal_matches_an_independent_forward_pass(model, run_dir):
         for (_ids, inj, surprisal, logprobs), lp in zip(rows, lps):
             s = np.asarray(surprisal, dtype=np.float64)
             assert np.isnan(s[inj]).all() and not np.isnan(s[~inj]).any()
-            assert np.allclose(s[~inj], -lp[~inj], atol=1e-3)
-            assert np.allclose(np.asarray(logprobs, dtype=np.float64), lp, atol=1e-3)  # injected tokens too
+            assert np.allclose(s[~inj], -lp[~inj], atol=LOGPROB_ATOL)
+            assert np.allclose(np.asarray(logprobs, dtype=np.float64), lp, atol=LOGPROB_ATOL)  # injected tokens too
 
 
 @pytest.mark.slow
@@ -169,7 +170,7 @@ def test_delta_columns_recompute_from_the_stored_lists(run_dir):
         # entropy_top20 is the renormalised entropy of the stored top-20 (float16) log-probs.
         top = np.stack(list(c["top20_logprobs"])).astype(np.float64)
         p = np.exp(top) / np.exp(top).sum(1, keepdims=True)
-        assert np.allclose(-(p * np.log(p)).sum(1), np.asarray(c["entropy_top20"], np.float64), atol=2e-2)
+        assert np.allclose(-(p * np.log(p)).sum(1), np.asarray(c["entropy_top20"], np.float64), atol=TOP20_ENTROPY_FLOAT16_ATOL)
         inj = list(t["injected"])
         steps = list(t["swap_steps"])
         n = len(inj)
@@ -191,8 +192,8 @@ def test_delta_columns_recompute_from_the_stored_lists(run_dir):
                 base += cvals[e : min(e + width, stop)]
             want = np.mean(study) - np.mean(cvals) if study else None
             want_m = np.mean(matched) - np.mean(base) if matched and base else None
-            assert (pd.isna(t[col]) if want is None else np.isclose(t[col], want, atol=1e-5)), (col, t[col], want)
-            assert (pd.isna(t[col + "_matched"]) if want_m is None else np.isclose(t[col + "_matched"], want_m, atol=1e-5))
+            assert (pd.isna(t[col]) if want is None else np.isclose(t[col], want, atol=FLOAT32_STORED_ATOL)), (col, t[col], want)
+            assert (pd.isna(t[col + "_matched"]) if want_m is None else np.isclose(t[col + "_matched"], want_m, atol=FLOAT32_STORED_ATOL))
 
 
 def _runs(flags: np.ndarray):

@@ -13,15 +13,22 @@ uses ``FLOAT64_RTOL``.
 # measured worst cases (benchmarks/noise.py, kernel sets default and avx2 on an AVX2 EPYC; 1.7e-5 and
 # 1.2e-6 reported on an AVX-512 one), each bound about 3-8x above them:
 LOGPROB_ATOL = 1e-4  # a token's log-prob (nats); measured 3.1e-5
-MASS_ATOL = 1e-5  # a probability or a sum of probabilities; measured 2.4e-6
+# A probability moves by at most p x its log-prob's move, so a mass (p <= 1) inherits the log-prob
+# noise scaled by its size: 2.4e-6 measured on small masses, 1.06e-5 seen on a label slot of mass 0.44
+# (tests/test_jury_slots.py); the bound is the log-prob noise at p = 1 with headroom.
+MASS_ATOL = 5e-5  # a probability or a sum of probabilities
 ENTROPY_ATOL = 1e-4  # the full-vocabulary entropy (nats); measured 1.2e-5
 
 # The same formula in float64, evaluated in another order (a library's implementation vs ours).
 FLOAT64_RTOL = 1e-12
 FLOAT64_ATOL = 1e-12
 
-# Entropy over the top-20 recomputed from records stored as float32 (rounding of 20 stored values).
-TOP20_ENTROPY_ATOL = 1e-4
+# Entropy over the top-20 recomputed from log-probs stored as float16 (11-bit mantissa: a log-prob of
+# -20 is stored within 1e-2).
+TOP20_ENTROPY_FLOAT16_ATOL = 2e-2
+
+# A mean recomputed in float64 from values the run directory stores as float32 (7 digits).
+FLOAT32_STORED_ATOL = 1e-5
 
 # The agreement bar with the study's own phase-1 code (Δsurprisal, top-20 Δentropy).
 STUDY_ATOL = 1e-3
