@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +19,11 @@ from sleight.backends.base import Completion, Edit, Generation, Hook, ModelInfo,
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.tokens import HFTokenizerOps
 from sleight.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import Cache
+
+_HookFn = Callable[[int, Sequence[int], int | None], Edit | None]
 
 
 def pick_device(device: str | None) -> str:
@@ -29,8 +35,33 @@ def pick_device(device: str | None) -> str:
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_SCORE_BYTES = 1 << 30  # bound on a scoring pass's logits and the tensors derived from them
+_RETRACT_WINDOW = 6  # steps of full distributions kept, so an edit may retract up to 5 tokens
 
 
+# -- the records of a position -----------------------------------------------------------------
+@dataclass(frozen=True)
+class _Records:
+    """What the model thought at each position of a ``(..., vocab)`` logits tensor."""
+
+    lp: torch.Tensor  # (..., vocab) float32 log-softmax, kept on the device
+    top_ids: np.ndarray  # (..., k) int64, best first
+    top_lp: np.ndarray  # (..., k) float32
+    entropy: np.ndarray  # (...,) float32, exact over the full vocabulary
+
+
+def _position_records(logits: torch.Tensor, top_k: int) -> _Records:
+    """``(..., vocab)`` logits -> the float32 log-softmax and, on the host, top-k ids and log-probs
+    and the exact entropy per position. The one formula of every record: greedy decoding,
+    teacher-forced scoring and next-token reads. ``top_k`` is capped at the vocabulary; <= 0 gives
+    no top-k columns."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
+    tv, ti = torch.topk(lp, max(0, min(top_k, lp.shape[-1])), dim=-1)
+    return _Records(lp, ti.cpu().numpy(), tv.cpu().numpy(), ent)
+
+
+# -- lockstep decoding state -------------------------------------------------------------------
 @dataclass
 class _Row:
     """Book-keeping for one row of a lockstep decode."""
@@ -49,15 +80,6 @@ class _Row:
     done: bool = False
     finish: str = "length"
 
-    def accept(self, tok: int, lp: float, tids: np.ndarray, tlp: np.ndarray, ent: float, forced: bool, step: int) -> None:
-        self.out.append(tok)
-        self.lp.append(lp)
-        self.top_ids.append(tids)
-        self.top_lp.append(tlp)
-        self.ent.append(ent)
-        self.forced.append(forced)
-        self.dist_step.append(step)
-
     def generation(self, k: int) -> Generation:
         return Generation(
             token_ids=self.out,
@@ -71,12 +93,126 @@ class _Row:
         )
 
     def retract(self, n: int) -> list[int]:
-        """Withdraw the last ``n`` accepted tokens; returns their cache columns to mask."""
-        cols = self.cache_pos[len(self.cache_pos) - n :] if n else []
-        if n:
-            for seq in (self.out, self.lp, self.top_ids, self.top_lp, self.ent, self.forced, self.cache_pos, self.dist_step):
-                del seq[len(seq) - n :]
+        """Withdraw the last ``n`` accepted tokens; returns their cache columns."""
+        if not n:
+            return []
+        cols = self.cache_pos[len(self.cache_pos) - n :]
+        for seq in (self.out, self.lp, self.top_ids, self.top_lp, self.ent, self.forced, self.cache_pos, self.dist_step):
+            del seq[len(seq) - n :]
         return cols
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """One decode step's distribution, with the batch position each live row had at that step."""
+
+    records: _Records
+    batch: dict[int, int]  # row -> batch position
+
+
+class _DecodeState:
+    """Everything a lockstep decode knows between forward passes: each row's records, the row at
+    each live batch position, and the last ``_RETRACT_WINDOW`` steps' distributions. A token
+    forced in place of retracted ones takes the first one's position, so it is scored by the
+    distribution kept for that position: nothing is recomputed."""
+
+    def __init__(self, forced: Sequence[Sequence[int]], max_new: int, hook: _HookFn | None, row_offset: int, eos: frozenset[int]) -> None:
+        self.rows = [_Row(queue=list(f)[:max_new]) for f in forced]
+        self.alive = list(range(len(self.rows)))  # original row of each live batch position
+        self.max_new = max_new
+        self.hook = hook
+        self.row_offset = row_offset
+        self.eos = eos
+        self.step = -1
+        self.col = 0  # the cache column a token accepted at this step occupies
+        self._kept: dict[int, _Kept] = {}
+
+    def begin(self, records: _Records, col: int) -> None:
+        """The next step: its distribution (one per live batch position) and its cache column."""
+        self.step += 1
+        self.col = col
+        self._kept[self.step] = _Kept(records, {r: b for b, r in enumerate(self.alive)})
+        self._kept.pop(self.step - _RETRACT_WINDOW, None)
+
+    def choose(self, proposals: Sequence[int]) -> list[tuple[int, int]]:
+        """Every live row takes its next token: a queued forced one, else its proposal (the
+        argmax) unless the hook edits it. Returns the (batch position, cache column) cells of
+        retracted tokens already in the cache, to mask out."""
+        off: list[tuple[int, int]] = []
+        for b, r in enumerate(self.alive):
+            off.extend((b, c) for c in self._choose_row(r, int(proposals[b])))
+        return off
+
+    def _choose_row(self, r: int, proposed: int) -> list[int]:
+        row = self.rows[r]
+        off: list[int] = []
+        if row.queue:
+            self.accept(r, row.queue.pop(0), forced=True)
+        else:
+            edit = self.hook(r + self.row_offset, row.out, proposed) if self.hook else None
+            if edit is not None:
+                off += self.apply_edit(r, edit)
+            elif proposed in self.eos:
+                row.done, row.finish = True, "stop"
+            else:
+                self.accept(r, proposed, forced=False)
+        if not row.done and len(row.out) >= self.max_new and not row.queue:
+            # The budget is spent: one last look for the hook (a trigger pending at the end).
+            edit = self.hook(r + self.row_offset, row.out, None) if self.hook and not row.end_checked else None
+            row.end_checked = True
+            if edit is not None:
+                off += self.apply_edit(r, edit)
+            if not row.queue:
+                row.done, row.finish = True, "length"
+        return off
+
+    def accept(self, r: int, tok: int, *, forced: bool, step: int | None = None) -> None:
+        """Append ``tok`` to row ``r`` at this step's cache column, recorded from the distribution
+        of decode step ``step`` (default: this one)."""
+        step = self.step if step is None else step
+        kept = self._kept[step]
+        b = kept.batch[r]
+        rec = kept.records
+        row = self.rows[r]
+        row.out.append(tok)
+        row.lp.append(float(rec.lp[b, tok]))
+        row.top_ids.append(rec.top_ids[b])
+        row.top_lp.append(rec.top_lp[b])
+        row.ent.append(float(rec.entropy[b]))
+        row.forced.append(forced)
+        row.dist_step.append(step)
+        row.cache_pos.append(self.col)
+
+    def apply_edit(self, r: int, edit: Edit) -> list[int]:
+        """Retract, then accept the first forced token now and queue the rest (within the budget).
+        Returns the cache columns of retracted tokens already fed, to mask out."""
+        row = self.rows[r]
+        n_back = min(edit.retract, len(row.out))
+        step = self.step
+        off: list[int] = []
+        if n_back:
+            step = row.dist_step[len(row.out) - n_back]
+            if step not in self._kept or r not in self._kept[step].batch:
+                raise RuntimeError(f"edit retracts {n_back} tokens, past the kept window of {_RETRACT_WINDOW}")
+            off = [c for c in row.retract(n_back) if c != self.col]
+        force = list(edit.force)[: max(self.max_new - len(row.out), 0)]
+        if not force:
+            row.done, row.finish = True, "length"
+            return off
+        self.accept(r, force[0], forced=True, step=step)
+        row.edits.append(len(row.out) - 1)
+        row.queue = force[1:]
+        return off
+
+    def fed(self) -> list[bool]:
+        """Per live batch position: whether the row accepted a token at this step."""
+        return [bool(self.rows[r].cache_pos) and self.rows[r].cache_pos[-1] == self.col for r in self.alive]
+
+    def retire(self) -> list[int]:
+        """Drop finished rows; returns the batch positions (of this step) that stay alive."""
+        keep = [b for b, r in enumerate(self.alive) if not self.rows[r].done]
+        self.alive = [self.alive[b] for b in keep]
+        return keep
 
 
 class HFModel(HFTokenizerOps):
@@ -107,8 +243,8 @@ class HFModel(HFTokenizerOps):
             self.model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=_DTYPES[dtype])
         except OSError as exc:
             raise UserError(f"could not load model '{resolved.spec}': {exc}") from None
-        self._cache_kwarg = cache_kwarg(self.model)
         self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers types .to() as a decorator
+        self._cache_kwarg = cache_kwarg(self.model)
         self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -132,17 +268,25 @@ class HFModel(HFTokenizerOps):
 
     # -- forward passes ------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None, last_only: bool = False, keep: int = 0):
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Cache | None = None,
+        last_only: bool = False,
+        keep: int = 0,
+    ) -> tuple[torch.Tensor, Cache]:
         """One forward pass; ``last_only`` computes the output layer at the last position only
         (a (batch, seq, vocab) logits tensor is the biggest allocation of a long prompt), ``keep``
         at the last ``keep`` positions."""
         keep = 1 if last_only else keep
-        extra = {"logits_to_keep": keep} if keep else {}
+        extra: dict[str, Any] = {"logits_to_keep": keep} if keep else {}
         extra[self._cache_kwarg] = cache
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
-    def _padded(self, seqs: Sequence[Sequence[int]], side: str = "left"):
+    def _padded(self, seqs: Sequence[Sequence[int]], side: str = "left") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Batch tensors for ragged sequences: ids, attention mask and explicit positions."""
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self._pad, dtype=torch.long)
@@ -179,13 +323,18 @@ class HFModel(HFTokenizerOps):
             chunk = seqs[start : start + self.batch_size]
             ids, mask, pos = self._padded(chunk, "left")
             logits, _ = self._forward(ids, mask, pos, last_only=True)
-            lp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)
-            ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
-            tv_t, ti_t = torch.topk(lp, min(top_k, lp.shape[-1]), dim=-1) if top_k > 0 else (lp[:, :0], lp[:, :0].long())
-            tv, ti = tv_t.double().cpu().numpy(), ti_t.cpu().numpy()
+            rec = _position_records(logits[:, -1, :], top_k)
+            lp = rec.lp
             for b, want in enumerate(asked[start : start + self.batch_size]):
                 got = lp[b, torch.tensor(list(want), dtype=torch.long, device=lp.device)] if want else lp[b, :0]
-                out.append(NextToken(got.double().cpu().numpy(), ti[b].astype(np.int64), tv[b], float(ent[b])))
+                out.append(
+                    NextToken(
+                        got.double().cpu().numpy(),
+                        rec.top_ids[b].astype(np.int64),
+                        rec.top_lp[b].astype(np.float64),
+                        float(rec.entropy[b]),
+                    )
+                )
         return out
 
     def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
@@ -242,13 +391,14 @@ class HFModel(HFTokenizerOps):
         head = shared - len(ctx) + 1
         ids = torch.tensor([full[0][:shared]], device=self.device)
         logits, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=self.device)[None], keep=head)
-        h_lp, h_ids, h_top, h_ent = _position_records(logits[0], top_k)
+        h = _position_records(logits[0], top_k)
         parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
         for b, i in enumerate(live):
             toks = full[b][len(ctx) : len(ctx) + head]
             idx = torch.arange(len(toks), device=self.device)
-            tok_lp = h_lp[idx, torch.tensor(toks, device=self.device)]
-            parts[i] = [(tok_lp.double().cpu().numpy(), h_ids[: len(toks)], h_top[: len(toks)], h_ent[: len(toks)])]
+            tok_lp = h.lp[idx, torch.tensor(toks, device=self.device)]
+            n = len(toks)
+            parts[i] = [(tok_lp.double().cpu().numpy(), h.top_ids[:n], h.top_lp[:n], h.entropy[:n])]
         # 2. The rest of each reply, its cache forked from the shared part, rows in memory-sized groups.
         tails = [(i, full[b][shared : len(full[b]) - 1], full[b][shared + 1 :]) for b, i in enumerate(live) if len(full[b]) > shared + 1]
         if tails:
@@ -261,16 +411,13 @@ class HFModel(HFTokenizerOps):
                 pre = torch.ones((len(chunk), shared), dtype=torch.long, device=self.device)
                 tpos = shared + torch.arange(tid.shape[1], device=self.device).expand(len(chunk), -1)
                 tlogits, _ = self._forward(tid, torch.cat([pre, tmask], 1), tpos, _repeat_cache(cache, len(chunk)))
-                lp = torch.log_softmax(tlogits.float(), dim=-1)
-                ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
-                tv_t, ti_t = torch.topk(lp, top_k, dim=-1)
+                rec = _position_records(tlogits, top_k)
                 want, _, _ = self._padded([t[2] for t in chunk], "right")
-                tok_lp = lp.gather(-1, want[..., None])[..., 0].double().cpu().numpy()
-                ti, tv = ti_t.cpu().numpy(), tv_t.cpu().numpy()
+                tok_lp_all = rec.lp.gather(-1, want[..., None])[..., 0].double().cpu().numpy()
                 for b, (i, fed, _) in enumerate(chunk):
                     n = len(fed)
-                    parts[i].append((tok_lp[b, :n], ti[b, :n], tv[b, :n], ent[b, :n]))
-                del lp, tlogits
+                    parts[i].append((tok_lp_all[b, :n], rec.top_ids[b, :n], rec.top_lp[b, :n], rec.entropy[b, :n]))
+                del rec, tlogits
         for b, i in enumerate(live):
             lp_, ids_, top_, ent_ = (np.concatenate(a) for a in zip(*parts[i]))
             out[i] = Scored(
@@ -308,7 +455,14 @@ class HFModel(HFTokenizerOps):
         return out
 
     @torch.inference_mode()
-    def _until_batch(self, prompts, budgets, stops, stop_strs, progress) -> list[Completion]:
+    def _until_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        budgets: Sequence[int],
+        stops: frozenset[int],
+        stop_strs: tuple[str, ...],
+        progress: Callable[[int], None] | None,
+    ) -> list[Completion]:
         n = len(prompts)
         outs: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
@@ -348,7 +502,7 @@ class HFModel(HFTokenizerOps):
             logits = logits[:, -1, :]
         return [Completion(o, f) for o, f in zip(outs, finish)]
 
-    def _prefill(self, prompts: Sequence[Sequence[int]]):
+    def _prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Cache, torch.Tensor]:
         """The prompts' forward pass: the prefix they all share once at batch 1, its cache forked,
         then each row's own suffix left-padded after it with explicit positions. Returns the last
         position's logits, the cache and the attention mask."""
@@ -356,25 +510,25 @@ class HFModel(HFTokenizerOps):
         dev = self.device
         # Each row keeps >= 1 token of its own, so every row has a last position of its own.
         shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
-        cache = None
+        cache: Cache | None = None
         mask = torch.zeros((n, 0), dtype=torch.long, device=dev)
         if shared > 0:
             ids = torch.tensor([list(prompts[0][:shared])], device=dev)
-            _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None], last_only=True)
-            cache = _repeat_cache(cache, n, copy=False)
+            _, prefix = self._forward(ids, torch.ones_like(ids), torch.arange(shared, device=dev)[None], last_only=True)
+            cache = _repeat_cache(prefix, n, copy=False)
             mask = torch.ones((n, shared), dtype=torch.long, device=dev)
         tid, tmask, _ = self._padded([p[shared:] for p in prompts], "left")
         pos = shared + (tmask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([mask, tmask], 1)
-        logits, cache = self._forward(tid, mask, pos, cache, last_only=True)
-        return logits[:, -1, :], cache, mask
+        logits, out_cache = self._forward(tid, mask, pos, cache, last_only=True)
+        return logits[:, -1, :], out_cache, mask
 
     def greedy(
         self,
         prompts: Sequence[Sequence[int]],
         max_new_tokens: int,
         *,
-        hook: Hook | Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
+        hook: Hook | _HookFn | None = None,
         forced: Sequence[Sequence[int]] | None = None,
         top_k: int = 20,
         progress: Callable[[int], None] | None = None,
@@ -395,120 +549,43 @@ class HFModel(HFTokenizerOps):
         return out
 
     @torch.inference_mode()
-    def _greedy_batch(self, prompts, max_new, hook, forced, top_k, progress, row_offset):
-        n = len(prompts)
+    def _greedy_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new: int,
+        hook: Hook | _HookFn | None,
+        forced: Sequence[Sequence[int]],
+        top_k: int,
+        progress: Callable[[int], None] | None,
+        row_offset: int,
+    ) -> list[Generation]:
+        """The lockstep loop: the tensors (cache, attention mask) live here, every decision about
+        a row's tokens in :class:`_DecodeState`."""
         dev = self.device
         logits, cache, mask = self._prefill(prompts)
-
-        rows = [_Row(queue=list(f)[:max_new]) for f in forced]
-        alive = list(range(n))  # original row of each live batch position
-        history: dict[int, tuple[torch.Tensor, dict[int, int]]] = {}  # step -> (log-probs, row -> batch)
-        step = 0
-        while alive:
-            lp = torch.log_softmax(logits.float(), dim=-1)
-            ent = -(lp.exp() * lp).nan_to_num().sum(-1)
-            tv, ti = torch.topk(lp, top_k, dim=-1)
-            dist = _StepDist(step, lp, ti.cpu().numpy(), tv.cpu().numpy(), ent.cpu().numpy())
-            greedy_ids = lp.argmax(-1).tolist()  # one call for the batch, not one per row
-            history[step] = (lp, {r: b for b, r in enumerate(alive)})
-            history.pop(step - _RETRACT_WINDOW, None)
-            col = mask.shape[1]  # the cache column a token fed now will occupy
-            mask_off: list[tuple[int, int]] = []
-            for b, r in enumerate(alive):
-                row = rows[r]
-                if row.queue:
-                    dist.accept(row, b, row.queue.pop(0), True, col)
-                else:
-                    proposed = int(greedy_ids[b])
-                    edit = hook(r + row_offset, row.out, proposed) if hook else None
-                    if edit is not None:
-                        self._apply_edit(row, edit, max_new, b, dist, history, r, col, mask_off)
-                    elif proposed in self._eos:
-                        row.done, row.finish = True, "stop"
-                    else:
-                        dist.accept(row, b, proposed, False, col)
-                if not row.done and len(row.out) >= max_new and not row.queue:
-                    # The budget is spent: one last look for the hook (a trigger pending at the end).
-                    edit = hook(r + row_offset, row.out, None) if hook and not row.end_checked else None
-                    row.end_checked = True
-                    if edit is not None:
-                        self._apply_edit(row, edit, max_new, b, dist, history, r, col, mask_off)
-                    if not row.queue:
-                        row.done, row.finish = True, "length"
-            fed = [bool(rows[r].cache_pos) and rows[r].cache_pos[-1] == col for r in alive]
-            for b, c in mask_off:
+        state = _DecodeState(forced, max_new, hook, row_offset, self._eos)
+        while state.alive:
+            records = _position_records(logits, top_k)
+            proposals = records.lp.argmax(-1).tolist()  # one call for the batch, not one per row
+            state.begin(records, col=mask.shape[1])
+            for b, c in state.choose(proposals):
                 mask[b, c] = 0
+            fed = state.fed()
             mask = torch.cat([mask, torch.tensor(fed, dtype=torch.long, device=dev)[:, None]], 1)
             if progress:
                 progress(sum(fed))
-            step += 1
-            keep = [b for b, r in enumerate(alive) if not rows[r].done]
+            keep = state.retire()
             if not keep:
                 break
-            feed = [rows[alive[b]].out[-1] for b in keep]
-            if len(keep) < len(alive):
+            if len(keep) < mask.shape[0]:
                 idx = torch.tensor(keep, device=dev)
                 cache = _select_cache(cache, idx)
                 mask = mask[idx]
-                alive = [alive[b] for b in keep]
+            feed = [state.rows[r].out[-1] for r in state.alive]
             pos = (mask.sum(-1) - 1)[:, None]
             logits, cache = self._forward(torch.tensor(feed, device=dev)[:, None], mask, pos, cache, last_only=True)
             logits = logits[:, -1, :]
-        return [row.generation(top_k) for row in rows]
-
-    def _apply_edit(self, row: _Row, edit: Edit, max_new: int, b: int, dist: _StepDist, history, r: int, col: int, mask_off) -> None:
-        """Retract, then accept the first forced token now and queue the rest (within the budget).
-
-        The first forced token takes the position of the first retracted one, so its log-prob is
-        read from the distribution that was kept for that position: nothing is recomputed.
-        """
-        n_back = min(edit.retract, len(row.out))
-        src = dist
-        src_b = b
-        if n_back:
-            i = len(row.out) - n_back
-            step = row.dist_step[i]
-            if step != dist.step:
-                if step not in history or r not in history[step][1]:
-                    raise RuntimeError(f"edit retracts {n_back} tokens, past the kept window of {_RETRACT_WINDOW}")
-                lp, where = history[step]
-                src_b = where[r]
-                src = _StepDist(step, lp, None, None, None, top=(row.top_ids[i], row.top_lp[i], row.ent[i]))
-            for c in row.retract(n_back):
-                if c != col:
-                    mask_off.append((b, c))
-        force = list(edit.force)[: max(max_new - len(row.out), 0)]
-        if not force:
-            row.done, row.finish = True, "length"
-            return
-        src.accept(row, src_b, force[0], True, col)
-        row.edits.append(len(row.out) - 1)
-        row.queue = force[1:]
-
-
-_SCORE_BYTES = 1 << 30  # bound on a scoring pass's logits and the tensors derived from them
-_RETRACT_WINDOW = 6  # steps of full distributions kept, so an edit may retract up to 5 tokens
-
-
-class _StepDist:
-    """The distribution of one decode step, and how a token accepted from it is recorded."""
-
-    def __init__(self, step, lp, top_ids, top_lp, ent, top=None):
-        self.step, self.lp, self.top_ids, self.top_lp, self.ent, self.top = step, lp, top_ids, top_lp, ent, top
-
-    def accept(self, row: _Row, b: int, tok: int, forced: bool, col: int) -> None:
-        tids, tlp, ent = self.top if self.top is not None else (self.top_ids[b], self.top_lp[b], float(self.ent[b]))
-        row.accept(tok, float(self.lp[b, tok]), tids, tlp, ent, forced, self.step)
-        row.cache_pos.append(col)
-
-
-def _position_records(logits: torch.Tensor, top_k: int):
-    """(seq, vocab) logits -> the log-softmax (kept on the device) and, on the host, top-k ids and
-    log-probs and the exact entropy per position: the formulas the lockstep decoder records with."""
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
-    tv, ti = torch.topk(lp, top_k, dim=-1)
-    return lp, ti.cpu().numpy(), tv.cpu().numpy(), ent
+        return [row.generation(top_k) for row in state.rows]
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -536,7 +613,7 @@ def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def _repeat_cache(cache, n: int, copy: bool = True):
+def _repeat_cache(cache: Cache, n: int, copy: bool = True) -> Cache:
     """Fork a batch-1 cache into ``n`` rows (a copy per row, the prefix is not recomputed)."""
     import copy as _copy
 
@@ -546,7 +623,6 @@ def _repeat_cache(cache, n: int, copy: bool = True):
     return forked
 
 
-def _select_cache(cache, idx: torch.Tensor):
+def _select_cache(cache: Cache, idx: torch.Tensor) -> Cache:
     cache.batch_select_indices(idx)
     return cache
-
