@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from extended_tokenizer import extended_tokenizer
 from sleight.tamper import engine, two_phase
 from sleight.tamper.data import load_questions
 from sleight.tamper.engine import Reply, Substitution, TamperConfig, Trial
@@ -48,28 +49,7 @@ def tok(model):
 def punct_tok(model):
     """The bundled tokenizer with tokens that carry punctuation next to the word (SmolLM2 has none;
     Qwen2/Llama-3 style pre-tokenizers make '"the' one token)."""
-    from transformers import AutoTokenizer
-
-    t = AutoTokenizer.from_pretrained(model.tokenizer.name_or_path)
-    extra = ['"the', "(The", " the,", "THE."]
-    assert t.add_tokens(extra) == len(extra)
-
-    class Tok:
-        @staticmethod
-        def decode(ids):
-            return t.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-        @staticmethod
-        def encode(text):
-            return list(t(text, add_special_tokens=False)["input_ids"])
-
-        @staticmethod
-        def one(text):
-            ids = Tok.encode(text)
-            assert len(ids) == 1, (text, ids)
-            return ids[0]
-
-    return Tok
+    return extended_tokenizer(model, ['"the', "(The", " the,", "THE."])
 
 
 def study(tokens, nxt, decode, injected=(), punctuation_led=False):

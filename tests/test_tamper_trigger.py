@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from extended_tokenizer import extended_tokenizer
 from sleight.backends import Edit
 from sleight.tamper.engine import SwapHook, TamperConfig
 from sleight.tamper.trigger import (
@@ -41,28 +42,7 @@ def tok(model):
 @pytest.fixture(scope="module")
 def punct_tok(model):
     """The same tokenizer with tokens that carry punctuation next to the word."""
-    from transformers import AutoTokenizer
-
-    t = AutoTokenizer.from_pretrained(model.tokenizer.name_or_path)
-    extra = [" the,", "**The", "(the", "THE.", " the."]
-    assert t.add_tokens(extra) == len(extra)
-
-    class Tok:
-        @staticmethod
-        def decode(ids):
-            return t.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-        @staticmethod
-        def encode(text):
-            return list(t(text, add_special_tokens=False)["input_ids"])
-
-        @staticmethod
-        def one(text):
-            ids = Tok.encode(text)
-            assert len(ids) == 1, (text, ids)
-            return ids[0]
-
-    return Tok
+    return extended_tokenizer(model, [" the,", "**The", "(the", "THE.", " the."])
 
 
 def test_word_final_needs_one_token_of_lookahead(tok):
