@@ -3,7 +3,9 @@
 Every number is held against the hf engine on the same weights: generation token for token,
 ``read_next``, ``continuation_logprobs`` and ``score_tokens`` within the measured tolerances, a
 two-phase ``tamper run --engine vllm`` against the hf lockstep run, and the readout commands.
-The judge path through vLLM's own OpenAI server is in tests/test_vllm_server.py.
+The commands on ``--engine vllm`` are in tests/test_vllm_cli.py (a module of their own, so that this
+module's engine is shut down before theirs start), the judge path through vLLM's own OpenAI server in
+tests/test_vllm_server.py.
 """
 
 from __future__ import annotations
@@ -12,22 +14,21 @@ import math
 import os
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from sleight.backends import load_model
 from sleight.backends import vllm as adapter
 from sleight.errors import UserError
-from sleight.tamper.store import load_manifest, load_trials
-from tamper_artifacts import sleight
-from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
+from tolerances import ENTROPY_ATOL, LOGPROB_ATOL
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 @pytest.fixture(scope="module")
 def vmodel(model):
-    return load_model("smollm2-135m-instruct", engine="vllm", twin=model)
+    vm = load_model("smollm2-135m-instruct", engine="vllm", twin=model)
+    yield vm
+    vm.close()  # no idle engine beside the next module's
 
 
 @pytest.fixture(scope="module")
@@ -109,57 +110,3 @@ def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
     for s, w in zip(vmodel.score_tokens(prompts[0], replies), model.score_tokens(prompts[0], replies)):
         assert s.token_ids == w.token_ids
         np.testing.assert_allclose(s.logprobs, w.logprobs, atol=LOGPROB_ATOL)
-
-
-TAMPER_QUESTIONS = ["q001", "q006", "q089"]  # the tamper test questions (tests/test_tamper_run.py)
-
-
-@pytest.mark.slow
-def test_tamper_run_two_phase_on_vllm_equals_hf_lockstep(tmp_path):
-    import json
-    from pathlib import Path
-
-    shipped = {json.loads(line)["id"]: line for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()}
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(shipped[q] + "\n" for q in TAMPER_QUESTIONS))
-    runs = {}
-    for engine, decoding in (("hf", "lockstep"), ("vllm", "two-phase")):
-        out = tmp_path / engine
-        sleight("tamper", "run", "--questions-file", str(qfile), "--substitutes", "4", "--max-new-tokens", "48",
-                "--engine", engine, "--decoding", decoding, "--out", str(out), "--no-progress")  # fmt: skip
-        runs[engine] = load_trials(out).sort_values(["question_id", "substitute"]).reset_index(drop=True)
-        if engine == "vllm":  # the engine's prefix-cache counters in the session record
-            (stats,) = [s["engine_stats"] for s in load_manifest(out)["sessions"]]
-            assert stats["prefix_cache_hits"] > 0 and 0 < stats["prefix_cache_hit_rate"] <= 1
-    hf, vl = runs["hf"], runs["vllm"]
-    assert len(hf) == len(vl) == len(TAMPER_QUESTIONS) * 4
-    for (_, a), (_, b) in zip(hf.iterrows(), vl.iterrows()):
-        assert list(a["token_ids"]) == list(b["token_ids"]), (a["question_id"], a["substitute"])
-        assert a["n_swaps"] == b["n_swaps"]
-        for col, tol in (("logprobs", LOGPROB_ATOL), ("entropy", ENTROPY_ATOL), ("top_logprobs", LOGPROB_ATOL)):
-            if col in a.index:
-                np.testing.assert_allclose(np.stack(b[col]).astype(float), np.stack(a[col]).astype(float), atol=tol, err_msg=col)
-
-
-@pytest.mark.slow
-def test_readout_audit_and_ptrue_on_vllm_equal_hf(tmp_path):
-    masses = {}
-    for engine in ("hf", "vllm"):
-        out = tmp_path / f"audit-{engine}"
-        sleight("readout", "audit", "--preset", "forecast", "--limit", "2", "--variants", "original,stem",
-                "--max-new-tokens", "4", "--engine", engine, "--out", str(out), "--no-progress")  # fmt: skip
-        masses[engine] = pd.read_parquet(out / "readings.parquet")
-    a, b = masses["hf"], masses["vllm"]
-    assert list(a["variant"]) == list(b["variant"]) and len(a) == 4
-    np.testing.assert_allclose(b["option_mass"], a["option_mass"], atol=MASS_ATOL)
-    np.testing.assert_allclose(b["score"], a["score"], atol=MASS_ATOL)
-    ptrue = {}
-    for engine in ("hf", "vllm"):
-        out = tmp_path / f"ptrue-{engine}"
-        sleight("readout", "ptrue", "--limit", "2", "--B", "2", "--max-new-tokens", "8", "--continuation-tokens", "2",
-                "--engine", engine, "--out", str(out), "--no-progress")  # fmt: skip
-        ptrue[engine] = pd.read_parquet(out / "readings.parquet")
-    a, b = ptrue["hf"], ptrue["vllm"]
-    assert len(a) == len(b) > 0
-    for col, tol in (("score", LOGPROB_ATOL), ("option_mass", MASS_ATOL)):  # the library readout's score is a log-prob
-        np.testing.assert_allclose(b[col].astype(float), a[col].astype(float), atol=tol, err_msg=col)

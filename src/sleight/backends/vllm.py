@@ -336,6 +336,10 @@ class VLLMModel(HFTokenizerOps):
             )
         return self._twin
 
+    def close(self) -> None:
+        """Shut the engine's processes down now (they otherwise live until the interpreter exits)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     def engine_stats(self) -> dict[str, float | None]:
         """What the engine counted since it started (prefix-cache queries, hits and hit rate)."""
         return prefix_cache_stats(self.llm.get_metrics())
