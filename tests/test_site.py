@@ -162,13 +162,19 @@ def test_view_refuses_a_directory_without_a_report(tmp_path):
     assert proc.returncode == 2 and "no index.html" in proc.stderr
 
 
-def test_viewer_tokens_spell_the_stored_replies(judged):
-    """The viewer's per-token pieces join to exactly the stored reply (clean runs included)."""
+def test_viewer_tokens_spell_the_stored_replies(judged, model):
+    """The viewer's per-token pieces join to exactly the stored reply (clean runs included); under the
+    study's conventions a reply the model ended also shows its end-of-turn token, which the reply text
+    leaves out."""
     from sleight.tamper.report.runs import load_run
     from sleight.tamper.report.site import token_texter
 
     run = load_run(judged.runs[0])
     texts = token_texter(run)
     assert texts is not None
+    ends = {model.decode([e]) for e in model.eos_ids}
     for rec in [*run.trials.to_dict("records"), *run.clean.to_dict("records")]:
-        assert "".join(texts(list(rec["token_ids"]))) == rec["reply"]
+        pieces = texts(list(rec["token_ids"]))
+        if pieces and pieces[-1] in ends:
+            pieces = pieces[:-1]
+        assert "".join(pieces) == rec["reply"]
