@@ -33,3 +33,19 @@ def extended_tokenizer(model, extra: Sequence[str]):
             return ids[0]
 
     return Tok
+
+
+def bundled_tokenizer(model):
+    """The same ``decode``/``encode``/``one`` view of the model's own tokenizer, nothing added."""
+
+    class Tok:
+        encode = staticmethod(model.encode)
+        decode = staticmethod(model.decode)
+
+        @staticmethod
+        def one(text: str) -> int:
+            ids = model.encode(text)
+            assert len(ids) == 1, f"{text!r} is {len(ids)} tokens here"
+            return ids[0]
+
+    return Tok

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from extended_tokenizer import extended_tokenizer
+from extended_tokenizer import bundled_tokenizer, extended_tokenizer
 from sleight.tamper import engine, two_phase
 from sleight.tamper.data import load_questions
 from sleight.tamper.engine import Reply, Substitution, TamperConfig, Trial
@@ -32,17 +32,7 @@ SLEIGHT = TamperConfig(conventions="sleight")
 
 @pytest.fixture(scope="module")
 def tok(model):
-    class Tok:
-        encode = staticmethod(model.encode)
-        decode = staticmethod(model.decode)
-
-        @staticmethod
-        def one(text: str) -> int:
-            ids = model.encode(text)
-            assert len(ids) == 1, f"{text!r} is {len(ids)} tokens here"
-            return ids[0]
-
-    return Tok
+    return bundled_tokenizer(model)
 
 
 @pytest.fixture(scope="module")

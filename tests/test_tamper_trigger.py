@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from extended_tokenizer import extended_tokenizer
+from extended_tokenizer import bundled_tokenizer, extended_tokenizer
 from sleight.backends import Edit
 from sleight.tamper.engine import SwapHook, TamperConfig
 from sleight.tamper.trigger import (
@@ -25,18 +25,7 @@ from sleight.tamper.trigger import (
 @pytest.fixture(scope="module")
 def tok(model):
     """encode / decode / one-token id of the real bundled tokenizer."""
-
-    class Tok:
-        encode = staticmethod(model.encode)
-        decode = staticmethod(model.decode)
-
-        @staticmethod
-        def one(text: str) -> int:
-            ids = model.encode(text)
-            assert len(ids) == 1, f"{text!r} is {len(ids)} tokens here"
-            return ids[0]
-
-    return Tok
+    return bundled_tokenizer(model)
 
 
 @pytest.fixture(scope="module")
