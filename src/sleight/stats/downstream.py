@@ -10,8 +10,10 @@ the difference. Pure functions; no model, no I/O.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -19,13 +21,16 @@ from numpy.typing import ArrayLike
 
 from sleight.stats import auroc, bootstrap_ci, brier, paired_bootstrap, prr
 
-Metric = Literal["auroc", "brier", "prr"]
+Metric = Literal["auroc", "brier", "prr", "prr_0.5"]
 
 # Each metric as a batched statistic of (score, label) plus the direction that counts as better.
+# ``prr_0.5`` is the rejection curve up to a 50% rejection rate (lm-polygraph's
+# ``PredictionRejectionArea(max_rejection=0.5)``, see :func:`sleight.stats.metrics.prr`).
 METRICS: dict[str, tuple[Callable[..., Any], str]] = {
     "auroc": (auroc, "higher"),
     "brier": (brier, "lower"),
     "prr": (prr, "higher"),
+    "prr_0.5": (functools.partial(prr, max_rejection=0.5), "higher"),
 }
 
 
@@ -149,3 +154,70 @@ def cluster_codes(keys: Sequence[Any]) -> np.ndarray:
     """Integer cluster labels, in order of first appearance (items sharing a key share a cluster)."""
     seen: dict[Any, int] = {}
     return np.asarray([seen.setdefault(k, len(seen)) for k in keys], dtype=np.int64)
+
+
+def all_pairs(
+    metric: Metric,
+    scores: Mapping[str, ArrayLike],
+    labels: ArrayLike,
+    *,
+    clusters: ArrayLike | None = None,
+    B: int = 20000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, dict[str, Any]]:
+    """:func:`paired_difference` for every pair of readouts (``"a - b"``, ``a`` before ``b`` in
+    the mapping's order), each on the same items and the same replicates (one seed), not only
+    against one reference readout."""
+    return {
+        f"{a} - {b}": paired_difference(metric, scores[a], scores[b], labels, clusters=clusters, B=B, seed=seed, level=level, name_a=a, name_b=b)
+        for a, b in itertools.combinations(list(scores), 2)
+    }
+
+
+def per_letter_auroc(
+    scores: ArrayLike, labels: ArrayLike, gold_letters: Sequence[str], letters: Sequence[str] = ("A", "B", "C", "D")
+) -> dict[str, dict[str, Any]]:
+    """AUROC of ``scores`` against ``labels`` on the items of each gold letter separately.
+
+    A score that merely tracks which letter is gold (a position bias of the reader or of the
+    scored position) ranks well overall and at chance within a letter. Per letter: ``n`` items,
+    ``n_positive`` of them labelled 1, and ``auroc`` (NaN when the letter has only one class).
+    """
+    s, y = _arrays(scores, labels)
+    g = np.asarray(list(gold_letters), dtype=object)
+    if g.shape != s.shape:
+        raise ValueError(f"one gold letter per item: {g.shape} letters for {s.shape} scores")
+    out: dict[str, dict[str, Any]] = {}
+    for letter in letters:
+        m = g == letter
+        n_pos = int(y[m].sum())
+        defined = 0 < n_pos < int(m.sum())
+        out[letter] = {"n": int(m.sum()), "n_positive": n_pos, "auroc": float(auroc(s[m], y[m])) if defined else math.nan}
+    return out
+
+
+def leave_one_out(values: Mapping[str, Any], aggregate: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """An aggregate over checkpoints, and the same aggregate recomputed with each one left out.
+
+    ``values`` maps a checkpoint to its number (or to an array of numbers, e.g. its bootstrap
+    replicates on shared replicates; then the aggregate is taken element-wise along the checkpoints).
+    ``aggregate`` reduces a (checkpoints, ...) array along axis 0 (default: the mean). Returns
+    ``all``, ``without`` (checkpoint -> aggregate of the others) and, for scalar values,
+    ``min``/``max`` of the left-out aggregates and ``max_shift``, the largest |without - all|: how
+    much one checkpoint moves the average. Needs at least two checkpoints.
+    """
+    agg = aggregate or (lambda a: np.mean(a, axis=0))
+    names = list(values)
+    if len(names) < 2:
+        raise ValueError("leave-one-out needs at least two checkpoints")
+    stack = np.stack([np.asarray(values[k], dtype=np.float64) for k in names])
+    keep = ~np.eye(len(names), dtype=bool)
+    full = agg(stack)
+    without = {k: agg(stack[keep[i]]) for i, k in enumerate(names)}
+    out: dict[str, Any] = {"n_checkpoints": len(names), "all": full, "without": without}
+    if np.ndim(full) == 0:
+        w = np.asarray([float(v) for v in without.values()])
+        out.update(all=float(full), without={k: float(v) for k, v in without.items()}, min=float(w.min()), max=float(w.max()))
+        out["max_shift"] = float(np.max(np.abs(w - float(full))))
+    return out

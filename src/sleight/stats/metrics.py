@@ -253,7 +253,7 @@ def mean(x: ArrayLike, weights: ArrayLike | None = None) -> FloatOrArray:
 # ---------------------------------------------------------------------------
 
 
-def prr(confidence: ArrayLike, quality: ArrayLike, weights: ArrayLike | None = None) -> FloatOrArray:
+def prr(confidence: ArrayLike, quality: ArrayLike, weights: ArrayLike | None = None, *, max_rejection: float = 1.0) -> FloatOrArray:
     """Prediction-rejection ratio: how much of the oracle's gain from rejecting
     low-confidence items the confidence actually achieves (random = 0, oracle = 1).
 
@@ -280,7 +280,19 @@ def prr(confidence: ArrayLike, quality: ArrayLike, weights: ArrayLike | None = N
     NaN when all qualities are equal (the oracle cannot improve on random, the
     ratio is 0/0).  Shapes and ``weights`` as in :func:`auroc`; a weighted
     replicate is the data set in which item ``i`` appears ``w_i`` times.
+
+    ``max_rejection`` (PRR at 0.5 is ``max_rejection=0.5``) cuts the curve at that rejection rate,
+    as lm-polygraph 0.7.0's ``PredictionRejectionArea(max_rejection)`` does
+    (``ue_metrics/pred_rej_area.py`` lines 43-52): with ``r = int(max_rejection * n)`` rejected
+    at most, the curve keeps the retention levels ``k = n - r + 1 .. n`` (rejection fractions
+    ``0, 1/n, ..., (r-1)/n``) and its area is their plain average ``(1/r) * sum m_k``; the
+    oracle and random areas are cut the same way (the library's ``ue_metric(-q, q)`` and
+    ``get_random_scores``, ``utils/manager.py`` lines 437-443, 471-486). Random is again exactly
+    the mean quality, where the library averages 1000 seeded shuffles. NaN when ``r`` is 0.
+    ``max_rejection=1`` is the whole curve, computed as before.
     """
+    if not 0.0 < max_rejection <= 1.0:
+        raise ValueError(f"max_rejection must be in (0, 1], got {max_rejection}")
     c = _as_float(confidence, "confidence")
     q = _as_float(quality, "quality")
     _check_same_shape(c, q, "confidence and quality")
@@ -294,21 +306,26 @@ def prr(confidence: ArrayLike, quality: ArrayLike, weights: ArrayLike | None = N
             if not np.array_equal(w, np.round(w)):
                 raise ValueError("prr weights must be integer counts (the curve has one point per retained item)")
             w = w.astype(np.int64)
-        model = _rejection_excess_weighted(c, q, w)
-        oracle = _rejection_excess_weighted(q, q, w)
+        if max_rejection == 1.0:
+            model = _rejection_excess_weighted(c, q, w)
+            oracle = _rejection_excess_weighted(q, q, w)
+        else:
+            model = _rejection_excess_weighted_cut(c, q, w, max_rejection)
+            oracle = _rejection_excess_weighted_cut(q, q, w, max_rejection)
         batched = True
     else:
         batched = c.ndim == 2
         c2, q2 = np.atleast_2d(c), np.atleast_2d(q)
-        model = _rejection_excess(c2, q2)
-        oracle = _rejection_excess(q2, q2)
+        model = _rejection_excess(c2, q2, max_rejection)
+        oracle = _rejection_excess(q2, q2, max_rejection)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(oracle > 0, model / oracle, np.nan)
     return _scalar_or_rows(out, batched)
 
 
-def _rejection_excess(key: NDArray[np.float64], q: NDArray[np.float64]) -> NDArray[np.float64]:
-    """AUC of the rejection curve ordered by ``key`` minus AUC_random, per row."""
+def _rejection_excess(key: NDArray[np.float64], q: NDArray[np.float64], max_rejection: float = 1.0) -> NDArray[np.float64]:
+    """AUC of the rejection curve ordered by ``key`` minus AUC_random, per row (the curve cut at
+    ``max_rejection``: the last ``int(max_rejection * n)`` retention levels)."""
     b, n = key.shape
     order = np.argsort(-key, axis=-1, kind="stable")
     ks = np.take_along_axis(key, order, axis=-1)
@@ -321,7 +338,46 @@ def _rejection_excess(key: NDArray[np.float64], q: NDArray[np.float64]) -> NDArr
     k = np.arange(1, n + 1, dtype=np.float64)
     retained = before + (k - first) * block_mean  # expected sum of the top k
     qbar = csum[:, -1:] / n  # same arithmetic as a single block's mean: constant key gives exactly 0
-    return ((retained - k * qbar) / k).mean(axis=-1)
+    excess = (retained - k * qbar) / k
+    if max_rejection == 1.0:
+        return excess.mean(axis=-1)
+    n_rej = int(max_rejection * n)
+    if n_rej == 0:
+        return np.full(b, np.nan)
+    return excess[:, n - n_rej : n - 1].sum(axis=-1) / n_rej  # k = n adds exactly 0 (see the weighted cut)
+
+
+def _rejection_excess_weighted_cut(key: NDArray[np.float64], q: NDArray[np.float64], w: NDArray[Any], max_rejection: float) -> NDArray[np.float64]:
+    """As :func:`_rejection_excess_weighted` with the curve cut at ``max_rejection``: per
+    replicate of ``N`` items only the positions ``k > N - int(max_rejection * N)`` count.
+
+    Block j (count W_j, quality sum Q_j, mean mu_j, a_j items and quality sum P_j before it) covers
+    the positions a_j+1..A_j; the kept ones are e_j+1..f_j with e_j = max(a_j, N - r) and
+    f_j = max(min(A_j, N - 1), e_j) (the last position, k = N, is left out: its term is exactly 0,
+    and summing its float residue would turn an undefined 0/0 into a number). Their terms
+    (S_k - k qbar) / k, S_k = P_j + (k - a_j) mu_j, sum to
+    (P_j - a_j mu_j) (H(f_j) - H(e_j)) + (mu_j - qbar) (f_j - e_j). The total is divided by r.
+    """
+    order = np.argsort(-key, kind="stable")
+    starts = _tie_starts(key[order])
+    ws = np.take(w, order, axis=1)
+    wb = _block_sums(ws, starts)
+    qb = _block_sums(ws * q[order], starts).astype(np.float64)
+    upto = np.cumsum(wb, axis=1)  # A_j
+    before = upto - wb  # a_j
+    n_tot = upto[:, -1]
+    n_rej = (max_rejection * n_tot).astype(np.int64)  # int() of a non-negative float: floor
+    harmonic = np.empty(int(n_tot.max()) + 1)
+    harmonic[0] = 0.0
+    np.cumsum(1.0 / np.arange(1, harmonic.size), out=harmonic[1:])
+    lo = np.maximum(before, (n_tot - n_rej)[:, None])  # e_j
+    hi = np.maximum(np.minimum(upto, (n_tot - 1)[:, None]), lo)  # position N left out: its term is 0
+    mu = qb / np.maximum(wb, 1)
+    p_before = np.cumsum(qb, axis=1) - qb  # P_j
+    qbar = (qb.sum(axis=1) / np.maximum(n_tot, 1))[:, None]
+    total = ((p_before - before * mu) * (harmonic[hi] - harmonic[lo]) + (mu - qbar) * (hi - lo)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_rej > 0, total / np.maximum(n_rej, 1), np.nan)
 
 
 def _rejection_excess_weighted(key: NDArray[np.float64], q: NDArray[np.float64], w: NDArray[Any]) -> NDArray[np.float64]:
