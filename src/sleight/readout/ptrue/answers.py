@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,9 @@ class QAItem:
     choices: tuple[str, ...] | None = None
     gold_letter: str | None = None
     passage: str | None = None
+    # the dataset's own prompt (lm-polygraph's input), answered as is; out of repr so that the digest of
+    # items without one (every run before it existed) stays the same
+    input_text: str | None = field(default=None, repr=False)
 
     @property
     def lettered(self) -> bool:
@@ -57,6 +60,8 @@ class QAItem:
     @property
     def prompt(self) -> str:
         """The user turn the model answers (and the question quoted in the P(True) prompt)."""
+        if self.input_text is not None:
+            return self.input_text
         if self.choices is None:
             return self.question
         block = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, self.choices))
@@ -85,14 +90,19 @@ def qa_item_from_record(rec: Mapping[str, Any], where: str) -> QAItem:
         passage = rec.get("passage")
         if passage is not None and not isinstance(passage, str):
             raise UserError(f"{where}: 'passage' must be a string")
-        return QAItem(item_id, question, choices=tuple(choices), gold_letter=rec["answer"], passage=passage or None)
+        return QAItem(item_id, question, choices=tuple(choices), gold_letter=rec["answer"], passage=passage or None, input_text=_input(rec, where))
     answers = rec.get("answers")
     if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
         raise UserError(f"{where}: needs 'answers' (a non-empty list of strings) or 'choices' + 'answer'")
     wrong = rec.get("wrong")
     if wrong is not None and (not isinstance(wrong, str) or not wrong.strip()):
         raise UserError(f"{where}: 'wrong' must be a non-empty string")
-    return QAItem(item_id, question, aliases=tuple(answers), wrong=wrong)
+    return QAItem(item_id, question, aliases=tuple(answers), wrong=wrong, input_text=_input(rec, where))
+
+
+def _input(rec: Mapping[str, Any], where: str) -> str | None:
+    """``input``: the dataset's own prompt text (sleight.readout.data's lm-polygraph loaders)."""
+    return _str(rec, "input", where) if rec.get("input") is not None else None
 
 
 def load_qa_items(path: str | Path, limit: int | None = None) -> list[QAItem]:
