@@ -1,0 +1,86 @@
+"""The paper's data, one loader layer for every readout command (``--data SPEC``).
+
+| family | what | rule |
+|---|---|---|
+| ``race-h`` | RACE ``high`` test (``ehovy/race``) | duplicates removed, passages >= 200 words, a seeded draw (:mod:`.race`) |
+| ``mmlu`` | ``cais/mmlu`` as lm-polygraph 0.7.0 builds ``LM-Polygraph/mmlu`` | its prompt, 5-shot draw, 100 per subject, subsample and seed (:mod:`.mmlu`) |
+| ``triviaqa`` | ``trivia_qa`` ``rc.nocontext`` as lm-polygraph builds ``LM-Polygraph/triviaqa`` | its prompt, 5-shot draw, subsample and seed (:mod:`.triviaqa`) |
+| ``mmlu-pro`` | ``TIGER-Lab/MMLU-Pro`` test | up to 10 lettered options (:mod:`.mmlu_pro`) |
+| ``summeval`` | ``mteb/summeval`` test | one record per (article, summary) with the expert grades (:mod:`.summeval`) |
+
+A spec is ``FAMILY:WHERE[:key=value]...`` (:mod:`.common`); :func:`load_data` returns a
+:class:`~.common.DataSet` whose :meth:`~.common.DataSet.view` gives each command its records:
+``forecast`` (RACE-style records), ``qa`` (the P(True)/estimators question records), ``ptrue`` (the
+audit preset's question/answer pairs), ``grade`` and ``mcq`` (audit items). ``hf:NAME`` and plain
+``.jsonl``/``.csv`` files stay with :mod:`sleight.readout.audit.sources`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sleight.errors import UserError
+from sleight.readout.data.common import DataSet, Spec, parse_spec
+
+__all__ = ["FAMILIES", "DataSet", "is_data_spec", "load_data", "qa_items", "race_items"]
+
+
+def _loader(module: str) -> Callable[[Spec], DataSet]:
+    def load(spec: Spec) -> DataSet:
+        import importlib
+
+        return importlib.import_module(f"sleight.readout.data.{module}").load(spec)
+
+    return load
+
+
+FAMILIES: dict[str, Callable[[Spec], DataSet]] = {
+    "race-h": _loader("race"),
+    "mmlu": _loader("mmlu"),
+    "triviaqa": _loader("triviaqa"),
+    "mmlu-pro": _loader("mmlu_pro"),
+    "summeval": _loader("summeval"),
+}
+
+
+def is_data_spec(text: str | None) -> bool:
+    """Whether ``text`` names one of this layer's families (``race-h:...``), not a file or ``hf:``."""
+    return bool(text) and str(text).partition(":")[0] in FAMILIES and ":" in str(text)
+
+
+def load_data(spec: str) -> DataSet:
+    """The records and provenance of a ``--data`` spec (no model needed; a bad spec or file is one line)."""
+    parsed = parse_spec(spec, tuple(FAMILIES))
+    return FAMILIES[parsed.family](parsed)
+
+
+def _unique(items: list[Any], spec: str, limit: int | None) -> list[Any]:
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    seen: set[str] = set()
+    for it in items:
+        if it.id in seen:
+            raise UserError(f"--data '{spec}': duplicate id '{it.id}'")
+        seen.add(it.id)
+    if not items:
+        raise UserError(f"--data '{spec}': no items")
+    return items[:limit] if limit is not None else items
+
+
+def qa_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
+    """The questions of ``readout ptrue`` / ``readout estimators`` (:class:`~sleight.readout.ptrue.answers.QAItem`)."""
+    from sleight.readout.ptrue.answers import qa_item_from_record
+
+    ds = load_data(spec)
+    recs = ds.view("qa", limit)
+    return ds, _unique([qa_item_from_record(r, f"{ds.family} item {k + 1}") for k, r in enumerate(recs)], spec, limit)
+
+
+def race_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
+    """The items of ``readout forecast`` (:class:`~sleight.readout.forecast.pipeline.RaceItem`)."""
+    from sleight.readout.forecast.pipeline import race_item_from_record
+
+    ds = load_data(spec)
+    recs = ds.view("forecast", limit)
+    return ds, _unique([race_item_from_record(r, f"{ds.family} item {k + 1}") for k, r in enumerate(recs)], spec, limit)

@@ -1,0 +1,140 @@
+"""TriviaQA as lm-polygraph 0.7.0 builds and loads it (its ``LM-Polygraph/triviaqa`` dataset).
+
+As for MMLU (:mod:`sleight.readout.data.mmlu`), ``scripts/polygraph_eval`` (109-125, 136-137) loads the
+prebuilt ``LM-Polygraph/triviaqa`` (config ``simple_instruct`` in
+``examples/configs/polygraph_eval_triviaqa_simple_instruct.yaml``, ``continuation`` in
+``polygraph_eval_triviaqa.yaml``; split ``test``; ``subsample_eval_dataset: -1``, ``seed: [1]``). Its rows
+were built by ``dataset_builders/builders/trivia_qa.py`` from ``trivia_qa`` config ``rc.nocontext``
+(now ``mandarjoshi/trivia_qa``): split ``validation`` for the items, ``train`` for the few-shot
+examples. The rule (tag ``v0.7.0``):
+
+* ``np.random.seed(SEED)``, ``SEED = 1`` (``builders/constants.py``; ``trivia_qa.py`` 21); 5 few-shot rows
+  ``np.random.choice(len(train), 5, replace=False)`` (27-29), one draw shared by every item;
+* ``simple_instruct`` (177-183, instruct mode 30-46, 60-64): ``"Answer the following question as briefly
+  as possible."`` + ``"\\n\\nHere are a few examples of questions and answers:\\n\\n"``, each example
+  ``"Question: {question}\\nAnswer: {normalized_value}"`` + ``"\\n\\n"`` (question stripped), then ``"Now
+  answer the following question:\\n\\n"``; the item ``"Question: {question}\\nAnswer: "`` with the question
+  *not* stripped;
+* ``continuation`` (113-141, 47-56, 65-69): each example ``"Question: {question}\\nAnswer:{normalized_value}"``
+  + ``"\\n"``, the item ``"Question: {question}\\nAnswer:"``;
+* ``output`` = ``answer["aliases"]`` (70), the references the library scores against.
+
+``subsample=N`` and ``seed`` as :func:`sleight.readout.data.mmlu.polygraph_subsample`.
+
+Records: ``question`` is lm-polygraph's ``input`` (what the model answers and the P(True) prompt quotes),
+``answers`` the answer's ``value`` then its aliases (sleight's correctness rule matches any of them),
+``wrong`` the next record's ``value`` (a constructed wrong answer, as ``hf:triviaqa`` did), and
+``instruction`` the "answer briefly" line that the paper's Deleted readout removes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sleight.errors import UserError
+from sleight.readout.data.common import DataSet, HubSplit, Loaded, Spec, check_params, choice_param, int_param, load_split
+from sleight.readout.data.mmlu import DEFAULT_EVAL_SEED, polygraph_subsample
+
+HUB = HubSplit("mandarjoshi/trivia_qa", "rc.nocontext", "validation", None)
+FEWSHOT_SPLIT = "train"
+PREBUILT = {v: HubSplit("LM-Polygraph/triviaqa", v, "test", None) for v in ("simple_instruct", "continuation")}
+SEED = 1
+N_SHOT = 5
+INSTRUCTION = "Answer the following question as briefly as possible."
+INSTRUCT_EXAMPLE = "Question: {question}\nAnswer: {answer}"
+INSTRUCT_ITEM = "Question: {question}\nAnswer: "
+CONTINUATION_ITEM = "Question: {question}\nAnswer:{answer}"
+FEWSHOT_LEAD = "\n\nHere are a few examples of questions and answers:\n\n"
+FEWSHOT_END = "Now answer the following question:\n\n"
+VARIANTS = ("simple_instruct", "continuation")
+
+
+def polygraph_inputs(rows: Sequence[Mapping[str, Any]], train_rows: Sequence[Mapping[str, Any]], variant: str = "simple_instruct") -> list[dict[str, Any]]:
+    """lm-polygraph's TriviaQA rows rebuilt from ``rc.nocontext`` rows (see the module docstring)."""
+    rng = np.random.RandomState(SEED)
+    if len(train_rows) < N_SHOT:
+        raise UserError(f"triviaqa: the few-shot split has {len(train_rows)} rows; lm-polygraph draws {N_SHOT}")
+    shots = [train_rows[int(i)] for i in rng.choice(len(train_rows), N_SHOT, replace=False)]
+    if variant == "simple_instruct":
+        lead = INSTRUCTION + FEWSHOT_LEAD + "".join(
+            INSTRUCT_EXAMPLE.format(question=s["question"].strip(), answer=s["answer"]["normalized_value"]) + "\n\n" for s in shots
+        ) + FEWSHOT_END
+    else:
+        lead = "".join(CONTINUATION_ITEM.format(question=s["question"].strip(), answer=s["answer"]["normalized_value"]) + "\n" for s in shots)
+    out = []
+    for k, r in enumerate(rows):
+        item = INSTRUCT_ITEM.format(question=r["question"]) if variant == "simple_instruct" else CONTINUATION_ITEM.format(question=r["question"], answer="")
+        ans = r["answer"]
+        out.append(_record(r.get("question_id") or f"tqa-{k}", lead + item, r["question"].strip(), [ans["value"], *ans["aliases"]], list(ans["aliases"]), k, variant))
+    return _with_wrong(out)
+
+
+def _record(rid: str, text: str, raw: str, answers: list[str], aliases: list[str], k: int, variant: str) -> dict[str, Any]:
+    return {
+        "id": str(rid), "question": text, "raw_question": raw, "answers": list(dict.fromkeys(a for a in answers if a and a.strip())),
+        "aliases": aliases, "instruction": INSTRUCTION if variant == "simple_instruct" else None, "source_index": k,
+    }
+
+
+def _with_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for k, r in enumerate(records):
+        nxt = records[(k + 1) % len(records)]["answers"][0] if len(records) > 1 else None
+        r["wrong"] = nxt if nxt not in r["answers"] else None
+    return records
+
+
+_STRIPPED = re.compile(r"\AQ: (?P<q>.*)\n\nA:\Z", re.DOTALL)
+
+
+def prebuilt_records(rows: Sequence[Mapping[str, Any]], variant: str) -> list[dict[str, Any]]:
+    """Rows of ``LM-Polygraph/triviaqa`` (``input, output`` aliases, ``stripped_input``) as records."""
+    out = []
+    for k, r in enumerate(rows):
+        m = _STRIPPED.match(r.get("stripped_input") or "")
+        aliases = r.get("output")
+        if not isinstance(r.get("input"), str) or not isinstance(aliases, list) or not aliases:
+            raise UserError(f"triviaqa row {k + 1}: expected LM-Polygraph/triviaqa's input, output (a list of aliases) and stripped_input columns")
+        out.append(_record(f"tqa-{k}", r["input"], m["q"] if m else "", list(aliases), list(aliases), k, variant))
+    return _with_wrong(out)
+
+
+def _fewshot_where(spec: Spec, loaded: Loaded) -> str:
+    if "fewshot" in spec.params:
+        return spec.params["fewshot"]
+    path = Path(spec.where)
+    if spec.is_hub or path.is_dir():
+        return spec.where
+    sibling = path.with_name(path.name.replace("validation", FEWSHOT_SPLIT))
+    if sibling != path and sibling.is_file():
+        return str(sibling)
+    raise UserError(f"--data '{spec.text}': lm-polygraph's few-shot examples come from trivia_qa rc.nocontext's train split; add :fewshot=PATH/rc.nocontext/train-00000-of-00001.parquet")
+
+
+def load(spec: Spec) -> DataSet:
+    """``triviaqa:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
+    check_params(spec, ("variant", "subsample", "seed", "fewshot"))
+    variant = choice_param(spec, "variant", "simple_instruct", VARIANTS)
+    size = int_param(spec, "subsample", None, minimum=1)
+    seed = int_param(spec, "seed", DEFAULT_EVAL_SEED)
+    assert seed is not None
+    loaded = load_split(spec, HUB if not spec.is_hub else PREBUILT[variant])
+    prov: dict[str, Any] = {"spec": spec.text, "family": "triviaqa"}
+    if loaded.rows and "input" in loaded.rows[0]:
+        records = prebuilt_records(loaded.rows, variant)
+        prov.update(loaded.record(PREBUILT[variant]), layout="LM-Polygraph/triviaqa")
+    else:
+        train = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=_fewshot_where(spec, loaded))
+        records = polygraph_inputs(loaded.rows, train.rows, variant)
+        prov.update(loaded.record(HUB), layout="trivia_qa rc.nocontext", fewshot=train.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, None)))
+    records = polygraph_subsample(records, size, seed)
+    prov["rule"] = {"library": "lm-polygraph 0.7.0", "variant": variant, "n_shot": N_SHOT, "fewshot_seed": SEED, "subsample": size if size is not None else -1, "seed": seed}
+    return DataSet("triviaqa", records, prov, {"qa": _qa, "ptrue": _qa})
+
+
+def _qa(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": r["id"], "question": r["question"], "answers": r["answers"], **({"wrong": r["wrong"]} if r.get("wrong") else {})} for r in records]
