@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_argument_group("items")
     src.add_argument("--items", help="items file: .jsonl / .csv (id, messages|prompt, ...) or an lm-eval task .yaml")
     src.add_argument("--preset", choices=["forecast", "ptrue", "grade"], help="build items from data with a study's prompt")
-    src.add_argument("--data", help="preset records: a .jsonl/.csv file, or hf:race | hf:mmlu[:subject] | hf:triviaqa (cached; default: shipped fixtures)")
+    src.add_argument(
+        "--data",
+        help="preset records: a .jsonl/.csv file, hf:race | hf:mmlu[:subject] | hf:triviaqa (cached; default: shipped fixtures), or the paper's data: "
+        "race-h:FILE | mmlu:FILE | triviaqa:FILE | mmlu-pro:FILE | summeval:FILE[:key=value...] (docs/data.md); mmlu: and mmlu-pro: also without --preset",
+    )
     src.add_argument("--note", default="mixed", choices=["mixed", "constructed", "unrelated", "both"], help="forecast preset: which notes (default: mixed = alternate constructed/unrelated)")
     add_limit_arg(src, "records/items")
     src.add_argument("--lm-eval-chat", action="store_true", help="lm-eval task: reproduce --apply_chat_template (no target_delimiter; the template's trailing newline moves into the options)")

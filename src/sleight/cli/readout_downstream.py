@@ -19,8 +19,9 @@ from sleight.cli.common import RESUME, add_model_args, add_output_args, add_prog
 DEFAULT_CHUNK, DEFAULT_BATCH_SIZE = 8, 64  # sleight.readout.downstream_run's (not imported: pyarrow loads late)
 
 
-def _common(p: argparse.ArgumentParser, fixture: str, out: str) -> None:
+def _common(p: argparse.ArgumentParser, fixture: str, out: str, data: str) -> None:
     p.add_argument("--items", default=None, help=f"JSONL items (default: the shipped fixture {fixture})")
+    p.add_argument("--data", default=None, metavar="SPEC", help=f"the paper's data instead of --items: {data} (see docs/data.md)")
     add_output_args(p, out, overwrite=RESUME)
     p.add_argument("--limit", type=int, default=None, help="use only the first N items (quick runs)")
     p.add_argument("--B", type=int, default=20000, help="bootstrap replicates (default: 20000)")
@@ -44,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "paired gain with a cluster-bootstrap interval, and the option-mass diagnostics."
         ),
     )
-    _common(p, "race_items.jsonl", "runs/readout-forecast")
+    _common(p, "race_items.jsonl", "runs/readout-forecast", "race-h:FILE[:n=N][:seed=S]")
     p.add_argument("--note-words", type=int, default=32, help="notes are cut to this many words (default: 32)")
     p.add_argument("--note-tokens", type=int, default=64, help="greedy budget for writing a note (default: 64)")
     p.set_defaults(func=cmd_forecast)
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "argmax class at the scored position, and paired differences against Library."
         ),
     )
-    _common(p, "qa_items.jsonl", "runs/readout-ptrue")
+    _common(p, "qa_items.jsonl", "runs/readout-ptrue", "mmlu:FILE | triviaqa:FILE | race-h:FILE, with :key=value options")
     p.add_argument(
         "--answers",
         default="both",
@@ -75,7 +76,7 @@ def _config(kind: str, args: argparse.Namespace) -> Any:
     from sleight.readout.downstream_run import ForecastConfig, PTrueConfig
 
     common = dict(
-        model=args.model, engine=args.engine, dtype=args.dtype, items=args.items, limit=args.limit,
+        model=args.model, engine=args.engine, dtype=args.dtype, items=args.items, data=args.data, limit=args.limit,
         continuation_tokens=args.continuation_tokens, chunk=args.chunk, B=args.B, seed=args.seed,
     )
     if kind == "forecast":

@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--items", help="questions (JSONL: id, question, answers[, wrong] or id, question, choices, answer); default: shipped qa_items")
+    p.add_argument("--data", metavar="SPEC", help="the paper's data instead of --items: mmlu:FILE | triviaqa:FILE | race-h:FILE, with :key=value options (see docs/data.md)")
     p.add_argument("--limit", type=int, help="use only the first N questions")
     p.add_argument("--raw", action="store_true", help="lm-polygraph's non-instruct mode: raw prompts, no chat template")
     p.add_argument("--max-new-tokens", type=int, default=32, help="answer budget (default: 32)")
@@ -31,11 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_estimators(args: argparse.Namespace) -> int:
-    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
+    from sleight.readout.data import load_questions
 
     if args.max_new_tokens < 1 or args.bootstrap < 1:
         raise UserError("--max-new-tokens and --bootstrap must be at least 1")
-    items = load_qa_items(args.items or DEFAULT_ITEMS, limit=args.limit)
+    items = load_questions(args.items, args.data, limit=args.limit)
     model = model_from_args(args)
     from sleight.readout.ptrue.estimators import run_estimators, write_result
 

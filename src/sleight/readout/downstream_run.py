@@ -258,6 +258,7 @@ class DownstreamConfig:
     engine: str = "hf"
     dtype: str | None = None
     items: str | None = None
+    data: str | None = None  # a sleight.readout.data spec (race-h:FILE, mmlu:FILE, ...) instead of items
     limit: int | None = None
     continuation_tokens: int = 16
     chunk: int = DEFAULT_CHUNK
@@ -272,6 +273,8 @@ class DownstreamConfig:
         """One line naming the flag for a value that cannot run (before any item or model is read)."""
         if self.B < 1:
             raise UserError(f"--B must be a positive number of replicates, got {self.B}")
+        if self.items and self.data:
+            raise UserError("give one of --items FILE or --data SPEC")
         if self.limit is not None and self.limit < 1:
             raise UserError(f"--limit must be at least 1, got {self.limit}")
         for name in ("continuation_tokens", "chunk", *self._counts()):
@@ -292,6 +295,7 @@ class DownstreamConfig:
             "engine": self.engine,
             "dtype": self.weights_dtype,
             "items": {"path": items_path, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])},
+            **({"data": self.data} if self.data else {}),
             "limit": self.limit,
             "continuation_tokens": self.continuation_tokens,
             "chunk": self.chunk,
@@ -304,7 +308,8 @@ class DownstreamConfig:
         import shlex
 
         parts = ["sleight", "readout", self.KIND, "--model", self.model, "--engine", self.engine, "--dtype", self.weights_dtype]
-        parts += ["--items", items_path, "--out", str(out)]
+        parts += ["--data", self.data] if self.data else ["--items", items_path]
+        parts += ["--out", str(out)]
         if self.limit is not None:
             parts += ["--limit", str(self.limit)]
         parts += ["--B", str(self.B), "--seed", str(self.seed), "--continuation-tokens", str(self.continuation_tokens), "--chunk", str(self.chunk)]
@@ -448,6 +453,11 @@ def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: l
 def load_downstream_items(config: DownstreamConfig) -> tuple[str, list[Any]]:
     """The items file (``config.items`` or the shipped fixture) and its validated items (no model)."""
     load, default, _summarise, _report = _kind_parts(config.KIND)
+    if config.data:  # the paper's data through sleight.readout.data; the label names its revision or sha256
+        from sleight.readout import data
+
+        ds, found = (data.race_items if config.KIND == "forecast" else data.qa_items)(config.data, config.limit)
+        return ds.describe(), found
     path = config.items or str(default)
     return path, load(path, config.limit)
 

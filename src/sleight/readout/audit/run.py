@@ -136,8 +136,8 @@ def load_audit(
     from sleight.readout.audit.items import load_items, parse_options, resolve_options
     from sleight.readout.audit.variants import parse_variants
 
-    if bool(items) == bool(preset):
-        raise UserError("give exactly one of --items FILE or --preset NAME")
+    if bool(items) == bool(preset or data):
+        raise UserError("give exactly one of --items FILE, --preset NAME or --data SPEC")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     if not instruct and preset != "ptrue":
@@ -149,14 +149,21 @@ def load_audit(
     run_options = parse_options(options) if options is not None else None
     if preset:
         from sleight.readout.audit.presets import preset_defaults, preset_items
-        from sleight.readout.audit.sources import load_source
+        from sleight.readout.audit.sources import load_source_described
 
-        records = load_source(data, limit=limit) if data else None
+        records, described = load_source_described(data, limit=limit, preset=preset) if data else (None, "shipped fixtures")
         found = preset_items(preset, records, note=note, limit=limit if records is None else None, instruct=instruct)
         if run_options is not None:
             found = [replace(i, options=run_options) for i in found]
         stem = stem if stem is not None else preset_defaults(preset)["stem"]
-        source, name = f"preset {preset} ({data or 'shipped fixtures'})", preset
+        source, name = f"preset {preset} ({described})", preset
+    elif data:  # audit items from the paper's data (sleight.readout.data), no preset
+        from sleight.readout.audit.items import items_from_records
+        from sleight.readout.audit.sources import load_source_described
+
+        recs, described = load_source_described(data, limit=limit)
+        found = items_from_records((r, f"{data} item {k + 1}") for k, r in enumerate(recs))
+        source, name = described, data.partition(":")[0]
     else:
         path = Path(str(items))
         if path.suffix.lower() in (".yaml", ".yml"):

@@ -8,7 +8,13 @@
 * ``hf:race`` (RACE ``high``, test split), ``hf:mmlu[:subject]`` (``cais/mmlu``, test split),
   ``hf:triviaqa`` (``mandarjoshi/trivia_qa`` ``rc.nocontext``, validation split) -- through the
   optional ``datasets`` package (``pip install 'sleight[data]'``), from the user's cache. These are
-  never needed by the tests or the demo.
+  never needed by the tests or the demo;
+* the paper's data through :mod:`sleight.readout.data`: ``race-h:FILE``, ``mmlu:FILE``,
+  ``triviaqa:FILE``, ``mmlu-pro:FILE``, ``summeval:FILE`` (with ``:key=value`` options), each giving the
+  records of the preset it is used with, or, with no preset, audit items (``mmlu``, ``mmlu-pro``).
+
+Lettered records (``hf:race``, ``hf:mmlu``) used with ``--preset ptrue`` become question/answer pairs
+(:func:`sleight.readout.data.common.lettered_ptrue_records`): the gold choice and the first other one.
 """
 
 from __future__ import annotations
@@ -69,8 +75,30 @@ def triviaqa_records(rows: Any) -> list[dict[str, Any]]:
     return out
 
 
-def load_source(spec: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """Records for ``--data`` (see the module docstring)."""
+def load_source(spec: str, limit: int | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+    """Records for ``--data`` (see the module docstring), for ``preset``'s use."""
+    return load_source_described(spec, limit, preset)[0]
+
+
+def load_source_described(spec: str, limit: int | None = None, preset: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The records of ``--data`` for ``preset`` (None: audit items) and a one-line description of
+    where they came from (a data spec's revision or file sha256)."""
+    from sleight.readout.data import is_data_spec, load_data
+
+    if is_data_spec(spec):
+        ds = load_data(spec)
+        return ds.view(preset or "mcq", limit), ds.describe()
+    if preset is None:
+        raise UserError(f"--data '{spec}' without --preset: only race-h:, mmlu:, triviaqa:, mmlu-pro:, summeval: specs give audit items")
+    recs = _load_source(spec, limit)
+    if preset == "ptrue" and recs and "choices" in recs[0] and "answers" not in recs[0]:
+        from sleight.readout.data.common import lettered_ptrue_records
+
+        recs = lettered_ptrue_records(recs)
+    return recs, spec
+
+
+def _load_source(spec: str, limit: int | None = None) -> list[dict[str, Any]]:
     if spec.startswith("hf:"):
         name, _, arg = spec[3:].partition(":")
         split_expr = lambda s: f"{s}[:{limit}]" if limit else s  # noqa: E731

@@ -23,7 +23,7 @@ from typing import Any
 from sleight.errors import UserError
 from sleight.readout.data.common import DataSet, Spec, parse_spec
 
-__all__ = ["FAMILIES", "DataSet", "is_data_spec", "load_data", "qa_items", "race_items"]
+__all__ = ["FAMILIES", "DataSet", "is_data_spec", "load_data", "load_questions", "qa_items", "race_items"]
 
 
 def _loader(module: str) -> Callable[[Spec], DataSet]:
@@ -84,3 +84,15 @@ def race_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]
     ds = load_data(spec)
     recs = ds.view("forecast", limit)
     return ds, _unique([race_item_from_record(r, f"{ds.family} item {k + 1}") for k, r in enumerate(recs)], spec, limit)
+
+
+def load_questions(items: str | None, data: str | None, limit: int | None = None) -> list[Any]:
+    """``--items FILE`` (default: the shipped ``qa_items.jsonl``) or ``--data SPEC``: the questions of
+    ``readout estimators``."""
+    if items and data:
+        raise UserError("give one of --items FILE or --data SPEC")
+    if data:
+        return qa_items(data, limit)[1]
+    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
+
+    return load_qa_items(items or DEFAULT_ITEMS, limit=limit)
