@@ -8,7 +8,7 @@ anywhere in a row, not only at its left end.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from sleight.backends.base import Completion, Edit, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
+from sleight.backends.kv_slab import SlabCache, slab_supported
 from sleight.backends.resolve import ResolvedModel
-from sleight.backends.tokens import HFTokenizerOps
+from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
 from sleight.errors import UserError
 
 if TYPE_CHECKING:
@@ -226,6 +227,7 @@ class HFModel(HFTokenizerOps):
         dtype: str = "float32",
         batch_size: int = 128,
         threads: int | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -238,6 +240,7 @@ class HFModel(HFTokenizerOps):
             torch.set_num_threads(max(1, int(threads)))
         self.resolved = resolved
         self.batch_size = batch_size
+        self.chat_template_kwargs = check_template_kwargs(chat_template_kwargs)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(resolved.load_path)
             self.model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=_DTYPES[dtype])
@@ -245,6 +248,8 @@ class HFModel(HFTokenizerOps):
             raise UserError(f"could not load model '{resolved.spec}': {exc}") from None
         self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers types .to() as a decorator
         self._cache_kwarg = cache_kwarg(self.model)
+        # In-place KV writes where the model's layers allow it (kv_slab): the same numbers, no copy a step.
+        self._slab = slab_supported(self.model.config)
         self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -264,6 +269,7 @@ class HFModel(HFTokenizerOps):
             device=self.device,
             batch_size=batch_size,
             threads=torch.get_num_threads(),
+            chat_template_kwargs=dict(self.chat_template_kwargs),
         )
 
     # -- forward passes ------------------------------------------------------------------------
@@ -282,7 +288,7 @@ class HFModel(HFTokenizerOps):
         at the last ``keep`` positions."""
         keep = 1 if last_only else keep
         extra: dict[str, Any] = {"logits_to_keep": keep} if keep else {}
-        extra[self._cache_kwarg] = cache
+        extra[self._cache_kwarg] = cache if cache is not None or not self._slab else SlabCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
