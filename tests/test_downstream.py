@@ -161,7 +161,9 @@ def test_ptrue_writes_five_readouts_per_pair(ptrue_out):
     n_pairs = N_PTRUE + 2 * N_PTRUE  # own answers + gold and wrong per question
     assert len(df) == 5 * n_pairs
     assert sorted(df["readout"].unique()) == sorted(["library", "renormalised", "labels_in_place", "moved", "deleted"])
-    assert set(df["argmax_class"]) <= set(ARGMAX_CLASSES)
+    assert set(df["argmax_class"].dropna()) <= set(ARGMAX_CLASSES)
+    assert df[df["readout"] == "deleted"]["argmax_class"].isna().all()  # no instruction to delete: Deleted is not read
+    assert df[df["readout"] != "deleted"]["argmax_class"].notna().all()
     s = json.loads((ptrue_out / "summary.json").read_text())
     assert set(s["settings"]) == {"own", "constructed"}
     for setting in s["settings"].values():
@@ -223,7 +225,8 @@ def test_ptrue_differences_against_library_use_the_paired_bootstrap(ptrue_out):
     y = lib["label"].to_numpy()
     clusters = cluster_codes(list(lib["item_id"]))
     assert s["n_clusters"] == N_PTRUE
-    for r in ("renormalised", "moved", "deleted"):
+    assert s["vs_library"]["deleted"] == {"auroc": None, "prr": None}  # the fixture's questions carry no instruction to delete
+    for r in ("renormalised", "moved"):
         sr = cons[cons["readout"] == r]["score"].to_numpy(dtype=float)
         for metric, fn in (("auroc", auroc), ("prr", prr)):
             pb = paired_bootstrap(fn, (sr, y), (lib["score"].to_numpy(), y), clusters=clusters, B=B, seed=0)

@@ -75,8 +75,10 @@ def test_first_standalone_letter(text, expected):
 
 def test_judge_answer_uses_the_rule_of_the_item_kind():
     free = QAItem("f", "Capital of Spain?", aliases=("Madrid",), wrong="Barcelona")
-    assert judge_answer(free, "It is Madrid.") == (True, "Madrid")
-    assert judge_answer(free, "It is Barcelona.") == (False, None)
+    assert judge_answer(free, "Madrid.\nIt is in Spain") == (True, "Madrid")  # the first line, normalised
+    assert judge_answer(free, "It is Madrid.") == (False, None)  # the paper's first-line rule (issue #19)
+    assert judge_answer(free, "It is Madrid.", rule="anywhere") == (True, "Madrid")  # the earlier rule, kept by name
+    assert judge_answer(free, "It is Barcelona.", rule="anywhere") == (False, None)
     lettered = QAItem("r", "Why?", choices=("w", "x", "y", "z"), gold_letter="B")
     assert judge_answer(lettered, "The answer is B: x") == (True, "B")
     assert judge_answer(lettered, "(C) y, not B") == (False, "C")

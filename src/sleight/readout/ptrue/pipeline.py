@@ -9,7 +9,7 @@ Steps:
    * ``own`` -- the model's own greedy answer, labelled by its correctness. This is the usual
      lm-polygraph setting (P(True) as an uncertainty score for the model's own generation).
    * ``constructed`` -- each question twice, with its gold answer (label 1) and with the fixture's
-     plausible wrong answer (label 0; for lettered items the first non-gold choice). Balanced
+     plausible wrong answer (label 0; for lettered items a seeded non-gold choice). Balanced
      labels by construction, so the ranking is measurable even when a small model gets most
      questions wrong; the two rows of a question form one bootstrap cluster.
 
@@ -20,8 +20,10 @@ Steps:
    masking included); ``instruct=False`` reads the raw prompt string, as the library does for a
    model that is not an instruct model.
 
-:func:`summarise` (pure) gives AUROC and PRR with cluster-bootstrap intervals per readout, the paired
-differences against Library (both readouts on the same replicates), and the position diagnostics.
+:func:`summarise` (pure) gives AUROC, PRR and PRR at 0.5 with cluster-bootstrap intervals per
+readout, the paired differences against Library and between every pair of readouts (on the pairs
+every readout scores; both readouts on the same replicates), per-letter AUROC and the gold / printed /
+neither split of the argmax on lettered items, and the position diagnostics.
 """
 
 from __future__ import annotations
@@ -39,17 +41,21 @@ from sleight.readout.ptrue.answers import (
     LETTERS,
     Answer,
     QAItem,
+    Sampling,
     greedy_answers,
     judge_answer,
+    sampled_answers,
 )
 from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, score_pairs
 from sleight.stats.downstream import (
+    all_pairs,
     clean,
     cluster_codes,
     counts,
     mass_summary,
     metric_interval,
     paired_difference,
+    per_letter_auroc,
 )
 
 SETTINGS = ("own", "constructed")
@@ -67,33 +73,67 @@ def parse_settings(text: str) -> tuple[str, ...]:
     return (text,)
 
 
-def constructed_pairs(items: Sequence[QAItem]) -> list[dict[str, Any]]:
+PRINTED_SEED = 0
+ARGMAX_SPLIT = ("gold", "printed", "neither")
+
+
+def printed_wrong_letter(item_id: str, gold_letter: str, seed: int = PRINTED_SEED, letters: Sequence[str] = LETTERS) -> str:
+    """The non-gold answer printed with a lettered item: a seeded draw among the non-gold letters,
+    one stream per item (``[seed, crc32(item id)]``), so it does not depend on the order or the
+    number of items. (Before issue #19 it was the first non-gold letter.)"""
+    import zlib
+
+    others = [x for x in letters if x != gold_letter]
+    rng = np.random.default_rng([seed, zlib.crc32(str(item_id).encode())])
+    return others[int(rng.integers(len(others)))]
+
+
+def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_letter: str | None) -> str | None:
+    """Where the unrestricted argmax points on a lettered item with one printed answer: ``gold``
+    (the gold letter), ``printed`` (the printed non-gold answer's letter), or ``neither``. The token
+    is read as a letter once whitespace and an opening parenthesis are stripped (`` B``, ``(B``);
+    None when the gold letter is unknown."""
+    if gold_letter is None:
+        return None
+    tok = (argmax_token or "").strip().lstrip("(").strip()
+    if tok == gold_letter:
+        return "gold"
+    if printed_letter is not None and tok == printed_letter:
+        return "printed"
+    return "neither"
+
+
+def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> list[dict[str, Any]]:
     """Gold (label 1) and wrong (label 0) answer per item; items without a wrong answer give only
-    their gold row, which still counts but cannot pair."""
+    their gold row, which still counts but cannot pair. A lettered item's wrong answer is the
+    seeded non-gold choice (:func:`printed_wrong_letter`)."""
     pairs = []
     for it in items:
         wrong: str | None
-        if it.choices is not None:
+        if it.choices is not None and it.gold_letter is not None:
             gold = it.gold_text
-            wrong_letter = next(x for x in LETTERS if x != it.gold_letter)
+            wrong_letter = printed_wrong_letter(it.id, it.gold_letter, seed)
             wrong = f"{wrong_letter}. {it.choices[LETTERS.index(wrong_letter)]}"
         else:
             gold, wrong = it.aliases[0], it.wrong
-        pairs.append({"item_id": it.id, "question": it.prompt, "answer": gold, "answer_source": "gold", "label": 1.0, "matched": None})
+        dq = it.prompt_without_instruction
+        pairs.append({"item_id": it.id, "question": it.prompt, "deleted_question": dq, "answer": gold, "answer_source": "gold", "label": 1.0, "matched": None})
         if wrong:
-            pairs.append({"item_id": it.id, "question": it.prompt, "answer": wrong, "answer_source": "wrong", "label": 0.0, "matched": None})
+            pairs.append({"item_id": it.id, "question": it.prompt, "deleted_question": dq, "answer": wrong, "answer_source": "wrong", "label": 0.0, "matched": None})
     return pairs
 
 
-def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer]) -> list[dict[str, Any]]:
-    """The model's own answer per item, labelled by the correctness rule."""
+def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer], *, rule: str = "first_line") -> list[dict[str, Any]]:
+    """The model's own answer per item, labelled by the correctness rule (``rule``: the free-answer
+    rule of :func:`~sleight.readout.ptrue.answers.judge_answer`)."""
     pairs = []
     for it, ans in zip(items, answers):
-        ok, matched = judge_answer(it, ans.text)
+        ok, matched = judge_answer(it, ans.text, rule=rule)
         pairs.append(
             {
                 "item_id": it.id,
                 "question": it.prompt,
+                "deleted_question": it.prompt_without_instruction,
                 "answer": ans.text,
                 "answer_source": "own",
                 "label": float(ok),
@@ -116,10 +156,24 @@ def score_pair_rows(
     :func:`~sleight.readout.ptrue.readouts.score_pairs`. ``readout ptrue`` and ``readout audit --preset ptrue``
     both record these rows."""
     scored = score_pairs(
-        model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=instruct, continuation_tokens=continuation_tokens
+        model,
+        [p["question"] for p in pairs],
+        [p["answer"] for p in pairs],
+        deleted_questions=[p.get("deleted_question") for p in pairs],
+        instruct=instruct,
+        continuation_tokens=continuation_tokens,
     )
     n = len(READOUTS)
-    return [{**p, **row} for k, p in enumerate(pairs) for row in scored[k * n : (k + 1) * n]]
+    bare = [{k: v for k, v in p.items() if k != "deleted_question"} for p in pairs]
+    return [{**p, **row} for k, p in enumerate(bare) for row in scored[k * n : (k + 1) * n]]
+
+
+def no_instruction_note(items: Sequence[QAItem]) -> str | None:
+    """One line when some items carry no instruction (their Deleted readout is not read)."""
+    missing = [it.id for it in items if it.prompt_without_instruction is None]
+    if not missing:
+        return None
+    return f"Deleted not read for {len(missing)} of {len(items)} items: no 'instruction' in the item (first: {missing[0]})"
 
 
 def run_ptrue(
@@ -132,8 +186,17 @@ def run_ptrue(
     continuation_tokens: int = CONTINUATION_TOKENS,
     status: Callable[[str], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    sampling: Sampling | None = None,
+    rule: str = "first_line",
+    seed: int = PRINTED_SEED,
 ) -> list[dict[str, Any]]:
     """All model work: one row per (setting, pair, readout).
+
+    ``sampling``: the own answers sampled as lm-polygraph samples them
+    (:func:`~sleight.readout.ptrue.answers.sampled_answers`); None: greedy. ``rule``: the free-answer
+    correctness rule (``first_line``, the paper's; ``anywhere``). ``seed``: the printed non-gold
+    answer's draw (:func:`printed_wrong_letter`). Items without an instruction are said in one line
+    on ``status`` (their Deleted rows have no reading).
 
     ``score`` is the readout's value: log P(True) for Library (the library's own number; ``exp`` of
     it is in ``library_prob``), a probability in [0, 1] for the others, None where a label's
@@ -143,13 +206,20 @@ def run_ptrue(
     if not items:
         raise UserError("no items to run")
     say = status or (lambda _msg: None)
+    note = no_instruction_note(items)
+    if note:
+        say(note)
     pairs: list[dict[str, Any]] = []
     if "own" in settings:
-        say(f"answering {len(items)} questions greedily")
-        answers = greedy_answers(model, items, max_new_tokens, instruct=instruct, progress=progress)
-        pairs += [{"setting": "own", **p} for p in own_pairs(items, answers)]
+        if sampling is None:
+            say(f"answering {len(items)} questions greedily")
+            answers = greedy_answers(model, items, max_new_tokens, instruct=instruct, progress=progress)
+        else:
+            say(f"answering {len(items)} questions by sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, top-p {sampling.top_p}, seed {sampling.seed})")
+            answers = sampled_answers(model, items, max_new_tokens, sampling, instruct=instruct, progress=progress)
+        pairs += [{"setting": "own", **p} for p in own_pairs(items, answers, rule=rule)]
     if "constructed" in settings:
-        pairs += [{"setting": "constructed", **p} for p in constructed_pairs(items)]
+        pairs += [{"setting": "constructed", **p} for p in constructed_pairs(items, seed=seed)]
     say(f"{len(READOUTS)} P(True) readouts of {len(pairs)} (question, answer) pairs")
     return score_pair_rows(model, pairs, instruct=instruct, continuation_tokens=continuation_tokens)
 
@@ -172,7 +242,9 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
         "rate_correct": float(y.mean()) if y.size else math.nan,
         "readouts": {},
         "vs_library": {},
+        "pairs": {},
     }
+    gold, printed = _letters(ref)
     for r in READOUT_NAMES:
         ok = np.isfinite(scores[r])
         rs = by_r[r]
@@ -181,6 +253,7 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
             "n_scored": int(ok.sum()),
             "auroc": metric_interval("auroc", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
             "prr": metric_interval("prr", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
+            "prr_0.5": metric_interval("prr_0.5", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
             "options": list(READOUT_OPTIONS[r]),
             "mass": mass_summary([x["option_mass"] for x in rs], MASS_FLOOR),
             "first_tokens_distinct": float(np.mean([bool(x["first_tokens_distinct"]) for x in rs])) if rs else math.nan,
@@ -188,6 +261,12 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
             "argmax_token": counts([x["argmax_token"] for x in rs]),
             "continuation_class": counts([x["continuation_class"] for x in rs]),
         }
+        if any(g is not None for g in gold):
+            lettered = ok & np.asarray([g is not None for g in gold])
+            out["readouts"][r]["per_letter_auroc"] = per_letter_auroc(scores[r][lettered], y[lettered], [str(g) for g, m in zip(gold, lettered) if m])
+            out["readouts"][r]["argmax_split"] = counts(
+                [argmax_split(x["argmax_token"], g, p) for x, g, p in zip(rs, gold, printed) if g is not None and x["argmax_token"] is not None]
+            )
         if r == "library":
             continue
         both = ok & np.isfinite(scores["library"])
@@ -199,7 +278,27 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
             else None
             for m in ("auroc", "prr")
         }
+    full = np.all([np.isfinite(scores[r]) for r in READOUT_NAMES], axis=0) if len(ref) else np.zeros(0, dtype=bool)
+    if full.any():
+        common = {r: scores[r][full] for r in READOUT_NAMES}
+        out["pairs"] = {m: all_pairs(m, common, y[full], clusters=clusters[full], B=B, seed=seed, level=level) for m in ("auroc", "prr", "prr_0.5")}
+    out["n_all_readouts"] = int(full.sum())
     return out
+
+
+def _letters(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[str | None]]:
+    """Per row, the item's gold letter and the printed answer's letter, where the rows say them:
+    a lettered answer reads ``"B. <choice>"``; the gold row of an item gives its gold letter."""
+    import re
+
+    def letter(text: Any) -> str | None:
+        m = re.match(r"([A-D])\. ", text) if isinstance(text, str) else None
+        return m.group(1) if m else None
+
+    gold_of = {x["item_id"]: letter(x.get("answer")) for x in rows if x.get("answer_source") == "gold"}
+    gold = [gold_of.get(x["item_id"]) for x in rows]
+    printed = [letter(x.get("answer")) if x.get("answer_source") in ("gold", "wrong") else None for x in rows]
+    return gold, printed
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
@@ -215,10 +314,15 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
 
 __all__ = [
     "ANSWER_MAX_NEW_TOKENS",
+    "ARGMAX_SPLIT",
+    "PRINTED_SEED",
     "READOUT_LABELS",
     "READOUT_OPTIONS",
     "SETTINGS",
+    "argmax_split",
     "constructed_pairs",
+    "no_instruction_note",
+    "printed_wrong_letter",
     "score_pair_rows",
     "own_pairs",
     "parse_settings",

@@ -26,7 +26,11 @@ context. ``value``:
   ``ℓ_True - log(1 - Σ p_EOS + |EOS|·p_min)``; :func:`polygraph_logprob` drops the ``|EOS|·p_min``
   term (``p_min`` is the least probable token's probability, about 1e-13 on the default model).
 * ``isolated`` -- P(o₁) / (P(o₁) + P(o₂)) over the two options encoded alone, plain log-softmax
-  (Renormalised, Deleted).
+  (Renormalised).
+
+Deleted (the paper's) is the Library reading of the prompt whose quoted question has its own
+instruction deleted (:attr:`sleight.readout.ptrue.answers.QAItem.prompt_without_instruction`); the
+True/False block stays.
 * ``in_context`` -- the same ratio over the options' full-sequence probabilities encoded in
   context (Labels in place, Moved).
 """
@@ -62,7 +66,9 @@ def ptrue_prompt(question: str, answer: str) -> str:
 
 
 def ptrue_deleted_prompt(question: str, answer: str) -> str:
-    """The prompt with its True/False instruction removed (the "Deleted" readout)."""
+    """The prompt with its True/False instruction removed: the audit's ``deleted_instruction``
+    variant of the ptrue preset (the "Deleted" readout before issue #19; the paper's Deleted keeps
+    this block and deletes the quoted item's own instruction instead, see :data:`READOUTS`)."""
     return ptrue_prompt(question, answer).replace(PTRUE_INSTRUCTION, "")
 
 
@@ -77,6 +83,7 @@ class Readout:
     prompt: Callable[[str, str], str] = ptrue_prompt
     stem: str | None = None  # the answer stem, prefilled in the assistant turn
     raw_stem: str | None = None  # the same without a chat template, appended to the raw prompt
+    quotes: str = "question"  # "question": the item as asked; "deleted": its instruction deleted
 
     def context(self, model: LanguageModel, question: str, answer: str, *, instruct: bool = True) -> str:
         """The rendered context this readout reads (``instruct``: through the chat template)."""
@@ -91,7 +98,9 @@ READOUTS: tuple[Readout, ...] = (
     Readout("renormalised", "Renormalised", ("True", "False"), "isolated"),
     Readout("labels_in_place", "Labels in place", ("(A", "(B"), "in_context"),
     Readout("moved", "Moved", ("A", "B"), "in_context", stem=MOVED_STEM, raw_stem=RAW_MOVED_STEM),
-    Readout("deleted", "Deleted", ("True", "False"), "isolated", prompt=ptrue_deleted_prompt),
+    # The paper's Deleted: the quoted item's own instruction deleted (the letter instruction on
+    # MMLU, the "answer briefly" line on TriviaQA), read as Library reads (same position, token, value).
+    Readout("deleted", "Deleted", ("True", "False"), "polygraph", quotes="deleted"),
 )
 READOUT_NAMES: tuple[str, ...] = tuple(r.name for r in READOUTS)
 READOUT_LABELS: dict[str, str] = {r.name: r.label for r in READOUTS}
@@ -118,6 +127,7 @@ def score_pairs(
     questions: Sequence[str],
     answers: Sequence[str],
     *,
+    deleted_questions: Sequence[str | None] | None = None,
     instruct: bool = True,
     continuation_tokens: int = 16,
     rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
@@ -128,17 +138,28 @@ def score_pairs(
     where a label's boundary is not preserved); ``library_prob`` is ``exp(score)`` on Library rows;
     the rest are the audit's columns for the readout's option set at its position, and the greedy
     continuation there (``continuation_tokens`` = 0: none).
+
+    ``deleted_questions[k]`` is pair k's question with its instruction deleted (Deleted quotes it);
+    where it is None (the item has no instruction; the default for every pair) the Deleted row has
+    no context and every reading column is None.
     """
     if len(questions) != len(answers):
         raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
+    deleted = list(deleted_questions) if deleted_questions is not None else [None] * len(questions)
+    if len(deleted) != len(questions):
+        raise ValueError(f"{len(questions)} questions but {len(deleted)} deleted questions")
     texts: list[str] = []
     sets: list[list[tuple[str, ...]]] = []
     where: dict[str, int] = {}
-    slots: list[list[tuple[int, int]]] = []  # per pair, per readout: (context index, option-set index)
-    for q, a in zip(questions, answers):
-        per: list[tuple[int, int]] = []
+    slots: list[list[tuple[int, int] | None]] = []  # per pair, per readout: (context index, option-set index)
+    for q, a, dq in zip(questions, answers, deleted):
+        per: list[tuple[int, int] | None] = []
         for r in READOUTS:
-            text = r.context(model, q, a, instruct=instruct)
+            quoted = dq if r.quotes == "deleted" else q
+            if quoted is None:
+                per.append(None)
+                continue
+            text = r.context(model, quoted, a, instruct=instruct)
             if text not in where:
                 where[text] = len(texts)
                 texts.append(text)
@@ -155,9 +176,14 @@ def score_pairs(
         groups = [list(range(k, min(k + rows_per_pass, len(texts)))) for k in range(0, len(texts), max(1, rows_per_pass))]
         conts = list(continuations(model, [r.context_ids for r in readings], groups, continuation_tokens))
 
-    rows = []
-    for q, a, per in zip(questions, answers, slots):
-        for r, (c, k) in zip(READOUTS, per):
+    rows: list[dict[str, Any]] = []
+    for q, a, dq, per in zip(questions, answers, deleted, slots):
+        for r, slot in zip(READOUTS, per):
+            if slot is None:
+                rows.append(_unread_row(r))
+                continue
+            c, k = slot
+            quoted = dq if r.quotes == "deleted" and dq is not None else q
             pos, s = readings[c], readings[c].option_sets[k]
             score = readout_value(r, s, pos, eos)
             row: dict[str, Any] = {
@@ -172,10 +198,20 @@ def score_pairs(
             cont = conts[c]
             row["continuation"] = cont
             row["continuation_class"] = (
-                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=echoes(q, r.prompt(q, a))).cls
+                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
             )
             rows.append(row)
     return rows
+
+
+def _unread_row(r: Readout) -> dict[str, Any]:
+    """A readout that has no context for this pair (Deleted of an item without an instruction)."""
+    row: dict[str, Any] = {"readout": r.name, "score": None, "library_prob": None, **dict.fromkeys(("context", "context_tail", "n_context_tokens", "ends_with_whitespace"))}
+    row["options"] = list(r.options)
+    row.update(dict.fromkeys(POSITION_KEYS))
+    row["continuation"] = None
+    row["continuation_class"] = None
+    return row
 
 
 POSITION_KEYS = (
@@ -194,11 +230,17 @@ POSITION_KEYS = (
 
 
 def ptrue_readouts(
-    model: LanguageModel, questions: Sequence[str], answers: Sequence[str], *, instruct: bool = True
+    model: LanguageModel,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    *,
+    deleted_questions: Sequence[str | None] | None = None,
+    instruct: bool = True,
 ) -> dict[str, np.ndarray]:
     """Every readout's value per pair as arrays (NaN where undefined): ``library_logprob`` (log
-    P(True), the library's number), ``library`` (its exp), then one key per other readout."""
-    rows = score_pairs(model, questions, answers, instruct=instruct, continuation_tokens=0)
+    P(True), the library's number), ``library`` (its exp), then one key per other readout (Deleted
+    is a log-probability like Library)."""
+    rows = score_pairs(model, questions, answers, deleted_questions=deleted_questions, instruct=instruct, continuation_tokens=0)
     n = len(READOUTS)
     vals = {r.name: np.array([np.nan if x["score"] is None else x["score"] for x in rows[k::n]], dtype=np.float64) for k, r in enumerate(READOUTS)}
     return {"library_logprob": vals["library"], "library": np.exp(vals["library"]), **{k: v for k, v in vals.items() if k != "library"}}

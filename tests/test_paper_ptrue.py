@@ -1,0 +1,142 @@
+"""The paper's P(True) readouts and answer rules (issue #19, item 3): Deleted, the TriviaQA
+first-line rule, sampled answers, the seeded printed answer and the gold / printed / neither split.
+
+The issue names no section number for these; each docstring says which of its rules it holds. The
+paper's own text is not available here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sleight.readout.ptrue import pipeline as pp
+from sleight.readout.ptrue.answers import (
+    LETTERED_INSTRUCTION,
+    QAItem,
+    Sampling,
+    first_line,
+    first_line_match,
+    greedy_answers,
+    normalize_answer,
+    qa_item_from_record,
+    sampled_answers,
+    sampling_probs,
+)
+from sleight.readout.ptrue.readouts import READOUTS, ptrue_prompt, score_pairs
+from tolerances import FLOAT64_ATOL, LOGPROB_ATOL
+
+
+@pytest.mark.parametrize(
+    "answer, aliases, expected",
+    [
+        ("Paris", ["Paris"], "Paris"),
+        ("Paris.\nIt is the capital of France.", ["Paris"], "Paris"),  # the first line only
+        ("\n The Beatles!", ["Beatles"], "Beatles"),  # leading break dropped; articles and punctuation normalised
+        ("It is Paris.", ["Paris"], None),  # an alias inside the line is not the line
+        ("Jane_Austen", ["jane austen"], "jane austen"),  # underscores are spaces
+        ("Rome\nParis", ["Paris"], None),  # an alias on a later line does not count
+        ("", ["Paris"], None),
+    ],
+)
+def test_triviaqa_first_line_rule(answer, aliases, expected):
+    """Paper: TriviaQA correctness by the first-line rule (issue #19 item 3): the answer's first
+    line, normalised SQuAD-style as lm-polygraph's ``normalize_em_triviaqa`` does, equals an alias."""
+    assert first_line_match(answer, aliases) == expected
+
+
+def test_squad_normalisation_by_hand():
+    """Paper: TriviaQA correctness, the normalisation (issue #19 item 3): lowercase, punctuation
+    (with curly quotes) to spaces, the articles a/an/the removed, whitespace collapsed."""
+    assert normalize_answer("  The Lord of the Rings: An Epic!  ") == "lord of rings epic"
+    assert normalize_answer("Saturn’s rings") == "saturn s rings"
+    assert first_line("\n\nBerlin\nGermany") == "Berlin"
+
+
+def test_items_carry_their_instruction():
+    """Paper: Deleted deletes the quoted item's instruction (issue #19 item 3): the letter
+    instruction of a lettered item, a record's own ``instruction`` (the "answer briefly" line);
+    None, and so no Deleted reading, when an item has none."""
+    lettered = QAItem("m", "Why?", choices=("w", "x", "y", "z"), gold_letter="B")
+    assert lettered.instruction_text == LETTERED_INSTRUCTION
+    assert lettered.prompt_without_instruction == "Why?\nA. w\nB. x\nC. y\nD. z"
+    brief = qa_item_from_record(
+        {"id": "t", "question": "Who wrote Emma?", "answers": ["Jane Austen"], "input": "Answer the question briefly.\nQ: Who wrote Emma?\nA:", "instruction": "Answer the question briefly."},
+        "x",
+    )
+    assert brief.prompt_without_instruction == "Q: Who wrote Emma?\nA:"
+    bare = qa_item_from_record({"id": "b", "question": "Who wrote Emma?", "answers": ["Jane Austen"]}, "x")
+    assert bare.prompt_without_instruction is None
+    assert pp.no_instruction_note([bare, lettered]) == "Deleted not read for 1 of 2 items: no 'instruction' in the item (first: b)"
+    assert pp.no_instruction_note([lettered]) is None
+    pairs = pp.constructed_pairs([lettered, bare])
+    assert [p["deleted_question"] for p in pairs] == [lettered.prompt_without_instruction] * 2 + [None]
+
+
+def test_deleted_is_the_library_reading_of_the_deleted_question(model):
+    """Paper: Deleted (issue #19 item 3): the quoted item's instruction deleted, the True/False
+    block kept, read as Library reads it (the same position, token and value)."""
+    deleted = {r.name: r for r in READOUTS}["deleted"]
+    assert (deleted.value, deleted.options, deleted.stem) == ("polygraph", ("True", "False"), None)
+    item = QAItem("m", "Which planet is largest?", choices=("Mars", "Jupiter", "Venus", "Earth"), gold_letter="B")
+    dq = item.prompt_without_instruction
+    rows = score_pairs(model, [item.prompt, dq], ["B. Jupiter", "B. Jupiter"], deleted_questions=[dq, None], continuation_tokens=0)
+    by = {(k // len(READOUTS), r["readout"]): r for k, r in enumerate(rows)}
+    assert by[(0, "deleted")]["score"] == pytest.approx(by[(1, "library")]["score"], abs=LOGPROB_ATOL)
+    assert "(A) True\n (B) False" in by[(0, "deleted")]["context"] and LETTERED_INSTRUCTION not in by[(0, "deleted")]["context"]
+    assert by[(1, "deleted")]["score"] is None and by[(1, "deleted")]["context"] is None
+    assert by[(0, "library")]["context"].count(ptrue_prompt(item.prompt, "B. Jupiter")) == 1
+
+
+def test_printed_answer_is_a_seeded_draw():
+    """Paper: the seeded non-gold printed answer (issue #19 item 3): never the gold letter, the same
+    for the same (seed, item), not always the first non-gold letter."""
+    draws = [pp.printed_wrong_letter(f"q{k}", "A") for k in range(40)]
+    assert "A" not in draws and set(draws) == {"B", "C", "D"}
+    assert draws == [pp.printed_wrong_letter(f"q{k}", "A") for k in range(40)]
+    assert draws != [pp.printed_wrong_letter(f"q{k}", "A", seed=1) for k in range(40)]
+
+
+def test_gold_printed_neither_split():
+    """Paper: the gold / printed / neither split of the argmax (issue #19 item 3)."""
+    assert pp.argmax_split(" B", "B", "D") == "gold"
+    assert pp.argmax_split("(D", "B", "D") == "printed"
+    assert pp.argmax_split(" True", "B", "D") == "neither"
+    assert pp.argmax_split("B", None, "D") is None
+    rows = []
+    for k, (src, ans, tok) in enumerate((("gold", "B. x", "B"), ("wrong", "D. z", "D"), ("gold", "A. w", " C"), ("wrong", "C. y", " A"))):
+        for r in pp.READOUT_LABELS:
+            rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": float(src == "gold"), "readout": r, "score": 0.1 * k - (r == "library"),
+                         "answer": ans, "answer_source": src, "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x",
+                         "argmax_token": tok, "continuation_class": "x"})
+    s = pp.summarise(rows, B=20)["settings"]["constructed"]
+    assert s["readouts"]["library"]["argmax_split"] == {"gold": 2, "printed": 1, "neither": 1}
+    assert set(s["readouts"]["library"]["per_letter_auroc"]) == {"A", "B", "C", "D"}
+    assert len(s["pairs"]["auroc"]) == len(READOUTS) * (len(READOUTS) - 1) // 2
+    assert "prr_0.5" in s["readouts"]["moved"]
+
+
+def test_sampling_probabilities_by_hand():
+    """Paper: sampled answers as lm-polygraph samples them (issue #19 item 3): transformers'
+    temperature, top-k and top-p warpers from log-probabilities. p = (0.5, 0.3, 0.2): top-k 2 gives
+    (5/8, 3/8); top-p 0.6 drops 0.2 (cumulative 0.2 <= 0.4) and gives (5/8, 3/8); temperature 1/2
+    squares: (25, 9, 4) / 38."""
+    lp = np.log([0.5, 0.3, 0.2])
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_k=2)), [5 / 8, 3 / 8], rtol=0, atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_p=0.6)), [5 / 8, 3 / 8, 0.0], rtol=0, atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(temperature=0.5)), np.array([25, 9, 4]) / 38, rtol=0, atol=FLOAT64_ATOL)
+    assert math.isclose(float(sampling_probs(lp, Sampling(top_p=0.01)).sum()), 1.0)
+
+
+def test_sampled_answers_are_seeded_and_top1_is_greedy(model):
+    """Paper: sampled answers (issue #19 item 3), seeded; greedy stays: top-k 1 without the
+    two-token minimum is the greedy answer."""
+    items = [QAItem("q1", "Name a colour."), QAItem("q2", "Say a number.")]
+    s = Sampling(seed=3)
+    a, b = sampled_answers(model, items, 6, s), sampled_answers(model, items, 6, s)
+    assert [x.text for x in a] == [x.text for x in b]
+    assert all(x.n_tokens >= 2 for x in a)  # min_new_tokens=2: no end of sequence in the first two steps
+    top1 = sampled_answers(model, items, 6, Sampling(top_k=1, min_new_tokens=0))
+    assert [x.text for x in top1] == [x.text for x in greedy_answers(model, items, 6)]
