@@ -137,7 +137,7 @@ def load_audit(
     from sleight.readout.audit.variants import parse_variants
 
     if bool(items) == bool(preset or data):
-        raise UserError("give exactly one of --items FILE, --preset NAME or --data SPEC")
+        raise UserError("give exactly one of --items FILE or --preset NAME (or --data SPEC alone: audit items from mmlu:, mmlu-pro:)")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     if not instruct and preset != "ptrue":
@@ -155,12 +155,17 @@ def load_audit(
         found = preset_items(preset, records, note=note, limit=limit if records is None else None, instruct=instruct)
         if run_options is not None:
             found = [replace(i, options=run_options) for i in found]
+        if stem is not None:  # --stem: the user's stem wins over the preset's per-item stem (issue #19)
+            found = [replace(i, stem=stem or None) for i in found]
         stem = stem if stem is not None else preset_defaults(preset)["stem"]
         source, name = f"preset {preset} ({described})", preset
     elif data:  # audit items from the paper's data (sleight.readout.data), no preset
         from sleight.readout.audit.items import items_from_records
         from sleight.readout.audit.sources import load_source_described
+        from sleight.readout.data import is_data_spec
 
+        if not is_data_spec(data):
+            raise UserError(f"--data '{data}' without --preset: only the paper's data specs (mmlu:FILE, mmlu-pro:FILE) give audit items")
         recs, described = load_source_described(data, limit=limit)
         found = items_from_records((r, f"{data} item {k + 1}") for k, r in enumerate(recs))
         source, name = described, data.partition(":")[0]
@@ -172,6 +177,9 @@ def load_audit(
             found = load_lm_eval_task(path, chat=True if lm_eval_chat else None, limit=limit)
         else:
             found = load_items(path)[:limit] if limit is not None else load_items(path)
+        own = [i.id for i in found if i.stem]
+        if stem is not None and own:
+            raise UserError(f"--stem given but {len(own)} item(s) carry their own 'stem' (first: {own[0]}): drop one of the two")
         source, name = str(path), path.stem
     found = resolve_options(found, run_options)
     config = AuditConfig(

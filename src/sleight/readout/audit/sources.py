@@ -88,8 +88,6 @@ def load_source_described(spec: str, limit: int | None = None, preset: str | Non
     if is_data_spec(spec):
         ds = load_data(spec)
         return ds.view(preset or "mcq", limit), ds.describe()
-    if preset is None:
-        raise UserError(f"--data '{spec}' without --preset: only race-h:, mmlu:, triviaqa:, mmlu-pro:, summeval: specs give audit items")
     recs = _load_source(spec, limit)
     if preset == "ptrue" and recs and "choices" in recs[0] and "answers" not in recs[0]:
         from sleight.readout.data.common import lettered_ptrue_records
