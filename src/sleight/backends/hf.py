@@ -8,6 +8,7 @@ anywhere in a row, not only at its left end.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,10 @@ class _Row:
     end_checked: bool = False
     done: bool = False
     finish: str = "length"
+    max_new: int = 0  # this row's budget of new tokens
+    hook: _HookFn | None = None
+    hook_row: int = 0  # the row index the hook knows this row by
+    group: int = 0  # the request (group of rows) this row belongs to
 
     def generation(self, k: int) -> Generation:
         return Generation(
@@ -117,16 +122,34 @@ class _DecodeState:
     forced in place of retracted ones takes the first one's position, so it is scored by the
     distribution kept for that position: nothing is recomputed."""
 
-    def __init__(self, forced: Sequence[Sequence[int]], max_new: int, hook: _HookFn | None, row_offset: int, eos: frozenset[int]) -> None:
-        self.rows = [_Row(queue=list(f)[:max_new]) for f in forced]
-        self.alive = list(range(len(self.rows)))  # original row of each live batch position
-        self.max_new = max_new
-        self.hook = hook
-        self.row_offset = row_offset
+    def __init__(
+        self, forced: Sequence[Sequence[int]] = (), max_new: int = 0, hook: _HookFn | None = None, row_offset: int = 0, eos: frozenset[int] = frozenset()
+    ) -> None:
+        self.rows: list[_Row] = []
+        self.alive: list[int] = []  # the row of each live batch position
         self.eos = eos
         self.step = -1
         self.col = 0  # the cache column a token accepted at this step occupies
         self._kept: dict[int, _Kept] = {}
+        if forced:
+            self.add(forced, max_new, hook, row_offset)
+
+    def add(self, forced: Sequence[Sequence[int]], max_new: int, hook: _HookFn | None, row_offset: int = 0, group: int = 0) -> list[int]:
+        """New rows (one per ``forced`` list), live from the next step on, after the live ones in
+        the batch; the hook knows them as ``row_offset``, ``row_offset + 1``, ... Returns their rows."""
+        new = list(range(len(self.rows), len(self.rows) + len(forced)))
+        self.rows.extend(
+            _Row(queue=list(f)[:max_new], max_new=max_new, hook=hook, hook_row=row_offset + i, group=group) for i, f in enumerate(forced)
+        )
+        self.alive.extend(new)
+        return new
+
+    def shift(self, n: int) -> None:
+        """The cache lost its first ``n`` columns (masked for every live row): renumber."""
+        self.col -= n
+        for r in self.alive:
+            row = self.rows[r]
+            row.cache_pos = [c - n for c in row.cache_pos]
 
     def begin(self, records: _Records, col: int) -> None:
         """The next step: its distribution (one per live batch position) and its cache column."""
@@ -150,16 +173,16 @@ class _DecodeState:
         if row.queue:
             self.accept(r, row.queue.pop(0), forced=True)
         else:
-            edit = self.hook(r + self.row_offset, row.out, proposed) if self.hook else None
+            edit = row.hook(row.hook_row, row.out, proposed) if row.hook else None
             if edit is not None:
                 off += self.apply_edit(r, edit)
             elif proposed in self.eos:
                 row.done, row.finish = True, "stop"
             else:
                 self.accept(r, proposed, forced=False)
-        if not row.done and len(row.out) >= self.max_new and not row.queue:
+        if not row.done and len(row.out) >= row.max_new and not row.queue:
             # The budget is spent: one last look for the hook (a trigger pending at the end).
-            edit = self.hook(r + self.row_offset, row.out, None) if self.hook and not row.end_checked else None
+            edit = row.hook(row.hook_row, row.out, None) if row.hook and not row.end_checked else None
             row.end_checked = True
             if edit is not None:
                 off += self.apply_edit(r, edit)
@@ -196,7 +219,7 @@ class _DecodeState:
             if step not in self._kept or r not in self._kept[step].batch:
                 raise RuntimeError(f"edit retracts {n_back} tokens, past the kept window of {_RETRACT_WINDOW}")
             off = [c for c in row.retract(n_back) if c != self.col]
-        force = list(edit.force)[: max(self.max_new - len(row.out), 0)]
+        force = list(edit.force)[: max(row.max_new - len(row.out), 0)]
         if not force:
             row.done, row.finish = True, "length"
             return off
@@ -539,6 +562,8 @@ class HFModel(HFTokenizerOps):
         top_k: int = 20,
         progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
+        """Rows in batches of ``batch_size``, one batch after the other (each a request of its own
+        to an empty :class:`GreedyStream`)."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -547,51 +572,158 @@ class HFModel(HFTokenizerOps):
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             sl = slice(start, start + self.batch_size)
-            out.extend(
-                self._greedy_batch(
-                    list(prompts[sl]), max_new_tokens, hook, list(forced[sl]), top_k, progress, row_offset=start
-                )
-            )
+            stream = self.stream(top_k=top_k, live_rows=self.batch_size, progress=progress)
+            stream.submit(prompts[sl], max_new_tokens, hook=hook, forced=forced[sl], row_offset=start)
+            out.extend(g for _, gens in stream for g in gens)
         return out
 
-    @torch.inference_mode()
-    def _greedy_batch(
+    def stream(self, *, top_k: int = 20, live_rows: int | None = None, progress: Callable[[int], None] | None = None) -> GreedyStream:
+        """Continuous batching over requests submitted as it runs (:class:`GreedyStream`)."""
+        return GreedyStream(self, top_k=top_k, live_rows=live_rows or self.batch_size, progress=progress)
+
+
+@dataclass
+class _Request:
+    gid: int
+    prompts: list[list[int]]
+    max_new: int
+    hook: _HookFn | None
+    forced: list[list[int]]
+    row_offset: int
+
+
+class GreedyStream:
+    """Lockstep greedy decoding with continuous batching: requests (a group of rows, a hook and a
+    budget) join the running batch while it has room for all their rows, so the batch stays full as
+    rows finish. Each request is prefilled on its own (the prefix its rows share once, forked) and
+    its cache joins the batch's: the narrower one is padded on the left with masked columns, and
+    columns that no live row attends to any more are dropped when a request joins. Iterating yields
+    ``(request id, generations)`` as each request's last row ends.
+
+    Joining a running batch needs a slab cache (:mod:`.kv_slab`); other models run one request at a
+    time. A request that joins an empty batch decodes exactly as a batch of its own would.
+    """
+
+    def __init__(self, model: HFModel, *, top_k: int, live_rows: int, progress: Callable[[int], None] | None) -> None:
+        self.model, self.top_k, self.live_rows, self.progress = model, top_k, max(1, live_rows), progress
+        self.state = _DecodeState(eos=model._eos)
+        self.pending: deque[_Request] = deque()
+        self.finished: deque[tuple[int, list[Generation]]] = deque()
+        self.left: dict[int, int] = {}  # request id -> its rows still decoding
+        self.logits: torch.Tensor | None = None
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.requests = 0
+        self.peak_rows = 0
+        self.peak_columns = 0
+
+    def submit(
         self,
         prompts: Sequence[Sequence[int]],
         max_new: int,
-        hook: Hook | _HookFn | None,
-        forced: Sequence[Sequence[int]],
-        top_k: int,
-        progress: Callable[[int], None] | None,
-        row_offset: int,
-    ) -> list[Generation]:
-        """The lockstep loop: the tensors (cache, attention mask) live here, every decision about
-        a row's tokens in :class:`_DecodeState`."""
-        dev = self.device
-        logits, cache, mask = self._prefill(prompts)
-        state = _DecodeState(forced, max_new, hook, row_offset, self._eos)
-        while state.alive:
-            records = _position_records(logits, top_k)
-            proposals = records.lp.argmax(-1).tolist()  # one call for the batch, not one per row
-            state.begin(records, col=mask.shape[1])
-            for b, c in state.choose(proposals):
-                mask[b, c] = 0
-            fed = state.fed()
-            mask = torch.cat([mask, torch.tensor(fed, dtype=torch.long, device=dev)[:, None]], 1)
-            if progress:
-                progress(sum(fed))
-            keep = state.retire()
-            if not keep:
-                break
-            if len(keep) < mask.shape[0]:
-                idx = torch.tensor(keep, device=dev)
-                cache = _select_cache(cache, idx)
-                mask = mask[idx]
-            feed = [state.rows[r].out[-1] for r in state.alive]
-            pos = (mask.sum(-1) - 1)[:, None]
-            logits, cache = self._forward(torch.tensor(feed, device=dev)[:, None], mask, pos, cache, last_only=True)
-            logits = logits[:, -1, :]
-        return [row.generation(top_k) for row in state.rows]
+        *,
+        hook: Hook | _HookFn | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
+        row_offset: int = 0,
+    ) -> int:
+        """Queue a request; returns its id. The hook sees its rows as ``row_offset``, ``row_offset + 1``, ..."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("a request needs rows with non-empty prompts")
+        forced = forced or [[] for _ in prompts]
+        if len(forced) != len(prompts):
+            raise ValueError("a request needs one forced list per row")
+        gid = self.requests
+        self.requests += 1
+        self.pending.append(_Request(gid, [list(p) for p in prompts], int(max_new), hook, [list(f) for f in forced], row_offset))
+        return gid
+
+    def __iter__(self) -> GreedyStream:
+        return self
+
+    def __next__(self) -> tuple[int, list[Generation]]:
+        while not self.finished:
+            self._admit()
+            if not self.state.alive:
+                raise StopIteration
+            self._step()
+        return self.finished.popleft()
+
+    @property
+    def live(self) -> int:
+        return len(self.state.alive)
+
+    def _admit(self) -> None:
+        """Move queued requests into the batch while their rows fit (any request into an empty batch)."""
+        while self.pending:
+            req = self.pending[0]
+            busy = self.live
+            if busy and (busy + len(req.prompts) > self.live_rows or not self.model._slab):
+                return
+            self.pending.popleft()
+            with torch.inference_mode():
+                logits, cache, mask = self.model._prefill(req.prompts)
+            if busy:
+                self._join(logits, cache, mask)
+            else:
+                self.logits, self.cache, self.mask = logits, cache, mask
+            self.state.add(req.forced, req.max_new, req.hook, req.row_offset, group=req.gid)
+            self.left[req.gid] = len(req.prompts)
+            self.peak_rows = max(self.peak_rows, self.live)
+
+    def _join(self, logits: torch.Tensor, cache: Any, mask: torch.Tensor) -> None:
+        assert self.mask is not None and self.logits is not None
+        live = self.mask.any(0)
+        dead = int(live.nonzero()[0]) if bool(live.any()) else self.mask.shape[1]
+        if dead:  # columns no live row attends to: gone before the batch widens
+            self.cache.drop_left(dead)
+            self.mask = self.mask[:, dead:]
+            self.state.shift(dead)
+        width, extra = self.mask.shape[1], mask.shape[1]
+        if width < extra:
+            self.cache.pad_left(extra - width)
+            self.mask = torch.cat([self.mask.new_zeros((self.mask.shape[0], extra - width)), self.mask], 1)
+            self.state.shift(width - extra)
+        elif extra < width:
+            cache.pad_left(width - extra)
+            mask = torch.cat([mask.new_zeros((mask.shape[0], width - extra)), mask], 1)
+        self.cache.stack(cache)
+        self.mask = torch.cat([self.mask, mask], 0)
+        self.logits = torch.cat([self.logits, logits], 0)
+
+    @torch.inference_mode()
+    def _step(self) -> None:
+        """One token for every live row: record, choose (hooks, edits), retire, feed the batch."""
+        assert self.logits is not None and self.mask is not None
+        st, dev = self.state, self.model.device
+        records = _position_records(self.logits, self.top_k)
+        proposals = records.lp.argmax(-1).tolist()  # one call for the batch, not one per row
+        st.begin(records, col=self.mask.shape[1])
+        for b, c in st.choose(proposals):
+            self.mask[b, c] = 0
+        fed = st.fed()
+        self.mask = torch.cat([self.mask, torch.tensor(fed, dtype=torch.long, device=dev)[:, None]], 1)
+        self.peak_columns = max(self.peak_columns, self.mask.shape[1])
+        if self.progress:
+            self.progress(sum(fed))
+        before = list(st.alive)
+        keep = st.retire()
+        for b in set(range(len(before))) - set(keep):
+            gid = st.rows[before[b]].group
+            self.left[gid] -= 1
+            if not self.left[gid]:
+                del self.left[gid]
+                self.finished.append((gid, [row.generation(self.top_k) for row in st.rows if row.group == gid]))
+        if not keep:
+            self.logits = self.cache = self.mask = None
+            return
+        if len(keep) < self.mask.shape[0]:
+            idx = torch.tensor(keep, device=dev)
+            self.cache = _select_cache(self.cache, idx)
+            self.mask = self.mask[idx]
+        feed = [st.rows[r].out[-1] for r in st.alive]
+        pos = (self.mask.sum(-1) - 1)[:, None]
+        logits, self.cache = self.model._forward(torch.tensor(feed, device=dev)[:, None], self.mask, pos, self.cache, last_only=True)
+        self.logits = logits[:, -1, :]
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:

@@ -5,7 +5,11 @@ step copies every row's whole cache (at 101 rows and 300 columns SmolLM2-135M mo
 step, the biggest single cost of a lockstep tamper batch on a 2-core CPU). A slab keeps the keys
 and values in a buffer with spare columns, writes the new ones into it and hands attention a view
 of the filled part: the same numbers, no copy. The buffer grows by doubling, so a row's columns
-are copied O(log n) times over a decode instead of n times.
+are copied a few times over a decode instead of once a step.
+
+The slab is also what lets lockstep decoding batch continuously (``hf.GreedyStream``): rows of a
+new request join a running batch by padding the shorter cache on the left with masked columns and
+stacking the rows; columns no live row attends to any more are dropped from the left.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-_MIN_COLUMNS = 64  # the first buffer's spare room (a prefill of n columns reserves 2n, at least this)
+_SPARE = 128  # columns reserved past what is needed when a buffer grows
 
 
 class SlabLayer(DynamicLayer):
@@ -50,15 +54,14 @@ class SlabLayer(DynamicLayer):
         self.is_initialized = True
 
     def _reserve(self, n: int, like_k: torch.Tensor, like_v: torch.Tensor) -> None:
-        """Room for ``n`` more columns (doubling), the filled part copied over once."""
+        """Room for ``n`` more columns (and spare ones), the filled part copied over once."""
         cap = 0 if self._k is None else int(self._k.shape[-2])
         need = self.length + n
         if need <= cap:
             return
-        new_cap = max(need, 2 * cap, _MIN_COLUMNS)
         b, h, _, d = like_k.shape
-        k = like_k.new_empty((b, h, new_cap, d))
-        v = like_v.new_empty((b, h, new_cap, like_v.shape[-1]))
+        k = like_k.new_empty((b, h, need + max(_SPARE, cap // 4), d))
+        v = like_v.new_empty((b, h, k.shape[-2], like_v.shape[-1]))
         if self._k is not None and self.length:
             k[..., : self.length, :] = self._k[..., : self.length, :]
             assert self._v is not None
@@ -108,6 +111,32 @@ class SlabCache(DynamicCache):
 
     def __init__(self) -> None:
         super(DynamicCache, self).__init__(layer_class_to_replicate=SlabLayer)
+
+    def _slabs(self) -> list[SlabLayer]:
+        return [layer for layer in self.layers if isinstance(layer, SlabLayer)]
+
+    def _each(self, fn: Any) -> None:
+        for layer in self._slabs():
+            if layer.length:
+                layer.keys, layer.values = fn(layer.keys), fn(layer.values)
+
+    def pad_left(self, n: int) -> None:
+        """``n`` columns of zeros before every row's columns (the caller masks them)."""
+        if n > 0:
+            self._each(lambda t: torch.cat([t.new_zeros((*t.shape[:2], n, t.shape[-1])), t], dim=-2))
+
+    def drop_left(self, n: int) -> None:
+        """Forget the first ``n`` columns (the caller has them masked for every row)."""
+        if n > 0:
+            self._each(lambda t: t[..., n:, :])
+
+    def stack(self, other: SlabCache) -> None:
+        """Append ``other``'s rows after this cache's (both the same number of columns)."""
+        for layer, more in zip(self._slabs(), other._slabs()):
+            if layer.length != more.length:
+                raise ValueError("stacking caches of different widths (pad the shorter one first)")
+            layer.keys = torch.cat([layer.keys, more.keys], dim=0)  # type: ignore[list-item]
+            layer.values = torch.cat([layer.values, more.values], dim=0)  # type: ignore[list-item]
 
 
 def slab_supported(config: Any) -> bool:
