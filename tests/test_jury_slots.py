@@ -83,8 +83,8 @@ def test_slot_votes_equal_an_independent_forward_pass(slot_run, hf_reference):
     for row in j.to_dict("records"):
         msgs = judge_messages(case_of(by_key[(row["question_id"], row["substitute"])]), "default")
         for label in LABELS:
-            chat = [*msgs, {"role": "assistant", "content": f'{{"{label}":'}]
-            text = tok.apply_chat_template(chat, tokenize=False, continue_final_message=True)
+            # the readout paper's rule: the generation prompt, then the slot prefix as plain text
+            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + f'{{"{label}":'
             ctx = tok(text, add_special_tokens=False)["input_ids"]
             firsts = []
             for option in (" true", " false"):

@@ -31,6 +31,7 @@ class ModelInfo:
     device: str
     batch_size: int
     threads: int = 0  # torch CPU threads the engine ran with (0: not applicable or unknown)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # template variables every render applied
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -176,7 +177,9 @@ class LanguageModel(Protocol):
         prefill: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> Rendered:
-        """Apply the model's chat template; ``prefill`` opens the assistant turn and stays open."""
+        """Apply the model's chat template (with its ``chat_template_kwargs``, ``template_kwargs``
+        merged over them); ``prefill``, the answer stem, is appended as plain text after the
+        generation prompt (the readout paper's rule, :mod:`sleight.backends.tokens`)."""
 
     def read_next(
         self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20

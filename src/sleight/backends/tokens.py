@@ -1,16 +1,47 @@
 """The tokenizer side every engine shares: a Hugging Face tokenizer and its chat template.
 
-Engines set ``self.tokenizer``, ``self._eos``, ``self._vocab`` and ``self.info``; this mixin gives
-them the token half of :class:`sleight.backends.base.LanguageModel`.
+Engines set ``self.tokenizer``, ``self._eos``, ``self._vocab``, ``self.info`` and
+``self.chat_template_kwargs``; this mixin gives them the token half of
+:class:`sleight.backends.base.LanguageModel`.
+
+**The rendering rule** (the readout paper's, *Scoring the Wrong Question*): a context is the chat
+template's rendering of the messages *with the generation prompt*, then the answer stem appended as
+plain text, byte for byte, and the whole string encoded. The stem never goes through the template
+(no ``continue_final_message``), so a template that trims message content (Llama-3, Gemma) keeps the
+stem's trailing space, and a template that opens a thinking block (Qwen3) puts the stem after what
+its generation prompt writes. The model's ``chat_template_kwargs`` (``enable_thinking``,
+``date_string``, ...) reach every render; a call's own ``template_kwargs`` merge over them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from sleight.backends.base import ModelInfo, Rendered
 from sleight.errors import UserError
+
+
+def check_template_kwargs(kwargs: Mapping[str, Any] | None, what: str = "chat_template_kwargs") -> dict[str, Any]:
+    """``kwargs`` as a plain dict of chat-template variables; anything else is one :class:`UserError`.
+
+    The keys are Jinja variable names and the values JSON values, so that the run manifests that
+    record them round-trip."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        raise UserError(f"{what} must be a JSON object (a mapping of template variables), not {type(kwargs).__name__}")
+    out = dict(kwargs)
+    bad = [k for k in out if not isinstance(k, str) or not k.isidentifier()]
+    if bad:
+        raise UserError(f"{what}: {', '.join(repr(k) for k in bad)} cannot name a template variable")
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{what} must hold JSON values only ({exc})") from None
+    return out
 
 
 class HFTokenizerOps:
@@ -18,6 +49,8 @@ class HFTokenizerOps:
     info: ModelInfo
     _eos: frozenset[int]
     _vocab: int
+    # Template variables every render applies, set by the engine at load time (and recorded in its ModelInfo).
+    chat_template_kwargs: Mapping[str, Any] = MappingProxyType({})
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -51,16 +84,17 @@ class HFTokenizerOps:
         prefill: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> Rendered:
+        """The template's rendering of ``messages`` (with the generation prompt unless
+        ``add_generation_prompt=False``), then ``prefill`` appended as plain text; the ids encode
+        the whole string. ``template_kwargs`` merge over the model's ``chat_template_kwargs``."""
         if not self.tokenizer.chat_template:
             raise UserError(f"model '{self.info.spec}' has no chat template")
-        msgs = [dict(m) for m in messages]
-        kwargs = dict(template_kwargs or {})
+        if prefill is not None and not add_generation_prompt:
+            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
+        kwargs = {**self.chat_template_kwargs, **(template_kwargs or {})}
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
         if prefill is not None:
-            # The answer stem is the opening of the assistant turn, left open for the model.
-            msgs.append({"role": "assistant", "content": prefill})
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, continue_final_message=True, **kwargs)
-        else:
-            text = self.tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
-            )
+            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
         return Rendered(text=text, ids=self.encode(text))

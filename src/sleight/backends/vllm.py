@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from sleight.backends.base import Completion, Edit, Generation, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.resolve import ResolvedModel
-from sleight.backends.tokens import HFTokenizerOps
+from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
 from sleight.errors import UserError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # CUDA: the rest of the GPU is the hf twin's (Phase B scoring)
@@ -263,7 +263,9 @@ class VLLMModel(HFTokenizerOps):
         enforce_eager: bool | None = None,
         threads: int | None = None,
         twin: Any = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        self.chat_template_kwargs = check_template_kwargs(chat_template_kwargs)
         vllm = _import_vllm()
         self._vllm = vllm
         self.platform = platform_of(vllm)
@@ -310,6 +312,7 @@ class VLLMModel(HFTokenizerOps):
             device="cpu" if self.platform == "cpu" else f"cuda x{devices}",
             batch_size=batch_size,
             threads=self._threads or 0,  # 0: vLLM's own binding (one thread per physical core)
+            chat_template_kwargs=dict(self.chat_template_kwargs),
         )
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -332,7 +335,8 @@ class VLLMModel(HFTokenizerOps):
 
             device = "cpu" if self.platform == "cpu" else "cuda"
             self._twin = HFModel(
-                self.resolved, device=device, dtype=self.dtype, batch_size=self.batch_size, threads=self._threads
+                self.resolved, device=device, dtype=self.dtype, batch_size=self.batch_size, threads=self._threads,
+                chat_template_kwargs=self.chat_template_kwargs,
             )
         return self._twin
 

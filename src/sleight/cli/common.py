@@ -5,10 +5,12 @@ makes before it loads anything."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from sleight.backends import DEFAULT_MODEL, ENGINES
 from sleight.errors import UserError
@@ -27,6 +29,14 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)")
+    p.add_argument(
+        "--chat-template-kwargs", default=None, metavar="JSON",
+        help='variables for the chat template, a JSON object applied to every render, e.g. \'{"enable_thinking": false}\' (recorded)',
+    )
+    p.add_argument(
+        "--thinking", default=None, choices=["on", "off"],
+        help="the chat template's enable_thinking (Qwen3 and other hybrid-thinking templates); shorthand for --chat-template-kwargs",
+    )
     g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
     g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
     g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
@@ -73,12 +83,43 @@ def resolved_dtype(args: argparse.Namespace) -> str:
     return getattr(args, "dtype", None) or default_dtype(args.engine)
 
 
+def chat_template_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The chat-template variables ``--chat-template-kwargs`` and ``--thinking`` give (``{}``: none).
+
+    ``--thinking on|off`` sets ``enable_thinking`` true or false; given with ``--chat-template-kwargs``
+    both apply, and an ``enable_thinking`` there that says otherwise is refused in one line."""
+    raw = getattr(args, "chat_template_kwargs", None)
+    kwargs: dict[str, Any] = {}
+    if isinstance(raw, dict):  # a Namespace built in code (or a sweep option) may carry the object itself
+        kwargs = dict(raw)
+    elif raw is not None:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--chat-template-kwargs is not valid JSON ({exc.msg} at column {exc.colno}): {raw}") from None
+        if not isinstance(value, dict):
+            raise UserError(f"--chat-template-kwargs must be a JSON object such as '{{\"enable_thinking\": false}}', not {raw}")
+        kwargs = value
+    thinking = getattr(args, "thinking", None)
+    if thinking is not None:
+        want = thinking == "on"
+        if "enable_thinking" in kwargs and kwargs["enable_thinking"] != want:
+            raise UserError(
+                f"--thinking {thinking} conflicts with --chat-template-kwargs enable_thinking={json.dumps(kwargs['enable_thinking'])}; give one"
+            )
+        kwargs["enable_thinking"] = want
+    from sleight.backends.tokens import check_template_kwargs
+
+    return check_template_kwargs(kwargs, "--chat-template-kwargs")
+
+
 def model_from_args(args: argparse.Namespace):
     """Load the model the flags name (the heavy imports happen here, after argument parsing)."""
     from sleight.backends import load_model
 
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise UserError(f"--threads must be at least 1 (got {args.threads})")
+    template_kwargs = chat_template_kwargs_from_args(args)
     extra = {}
     if args.engine == "vllm":
         extra = {
@@ -88,7 +129,7 @@ def model_from_args(args: argparse.Namespace):
         }
     return load_model(
         args.model, engine=args.engine, device=args.device, dtype=resolved_dtype(args), batch_size=args.batch_size,
-        threads=getattr(args, "threads", None), **extra,
+        threads=getattr(args, "threads", None), chat_template_kwargs=template_kwargs, **extra,
     )
 
 
