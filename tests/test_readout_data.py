@@ -313,9 +313,11 @@ def test_forecast_ptrue_and_estimators_take_data_specs():
     assert [it.id for it in items] == ids(f"race-h:{RACE}:n=3") and "sha256" in label
     _, qa = load_downstream_items(PTrueConfig(data=f"mmlu:{MMLU}"))
     assert qa[0].lettered and qa[0].prompt == MMLU_FIRST and qa[0].gold_letter == "C"
+    assert qa[0].instruction == MMLU_FIRST.split("\n\n")[0]  # what the paper's Deleted readout removes
     _, tq = qa_items(f"triviaqa:{TQA}", limit=2)
     assert [it.prompt for it in tq] == [r["question"] for r in load_data(f"triviaqa:{TQA}").records[:2]] and tq[0].aliases[0] == "Seine"
     assert [it.id for it in load_questions(None, f"triviaqa:{TQA}", limit=1)] == ["tc_1"]
+    assert tq[0].instruction == "Answer the following question as briefly as possible."
     assert [it.id for it in race_items(f"race-h:{RACE}")[1]] == ids(f"race-h:{RACE}")
     with pytest.raises(UserError, match="summeval data has no records for qa"):
         qa_items(f"summeval:{SUMMEVAL}")

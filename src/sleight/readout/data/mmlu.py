@@ -181,7 +181,7 @@ def load(spec: Spec) -> DataSet:
 
 
 def _qa(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: r[k] for k in ("id", "question", "choices", "answer", "input")} for r in records]
+    return [{k: r[k] for k in ("id", "question", "choices", "answer", "input", "instruction")} for r in records]
 
 
 def mcq_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -137,4 +137,7 @@ def load(spec: Spec) -> DataSet:
 
 
 def _qa(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{"id": r["id"], "question": r["question"], "answers": r["answers"], **({"wrong": r["wrong"]} if r.get("wrong") else {})} for r in records]
+    return [
+        {"id": r["id"], "question": r["question"], "answers": r["answers"], **{k: r[k] for k in ("wrong", "instruction") if r.get(k)}}
+        for r in records
+    ]
