@@ -26,7 +26,7 @@ from sleight.readout.ptrue.answers import (
     sampling_probs,
 )
 from sleight.readout.ptrue.readouts import READOUTS, ptrue_prompt, score_pairs
-from tolerances import FLOAT64_ATOL, LOGPROB_ATOL
+from tolerances import FLOAT64_ATOL, FLOAT64_RTOL, LOGPROB_ATOL
 
 
 @pytest.mark.parametrize(
@@ -124,9 +124,9 @@ def test_sampling_probabilities_by_hand():
     (5/8, 3/8); top-p 0.6 drops 0.2 (cumulative 0.2 <= 0.4) and gives (5/8, 3/8); temperature 1/2
     squares: (25, 9, 4) / 38."""
     lp = np.log([0.5, 0.3, 0.2])
-    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_k=2)), [5 / 8, 3 / 8], rtol=0, atol=FLOAT64_ATOL)
-    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_p=0.6)), [5 / 8, 3 / 8, 0.0], rtol=0, atol=FLOAT64_ATOL)
-    np.testing.assert_allclose(sampling_probs(lp, Sampling(temperature=0.5)), np.array([25, 9, 4]) / 38, rtol=0, atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_k=2)), [5 / 8, 3 / 8], rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(top_p=0.6)), [5 / 8, 3 / 8, 0.0], rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(temperature=0.5)), np.array([25, 9, 4]) / 38, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
     assert math.isclose(float(sampling_probs(lp, Sampling(top_p=0.01)).sum()), 1.0)
 
 
