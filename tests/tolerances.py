@@ -27,6 +27,10 @@ FLOAT64_ATOL = 1e-12
 # -20 is stored within 1e-2).
 TOP20_ENTROPY_FLOAT16_ATOL = 2e-2
 
+# Two log-probs within noise of each other, stored as float16 (the top-20 columns), can round to
+# neighbouring float16 values: one float16 step, relative to the value (2**-10), on top of the noise.
+FLOAT16_STORED_RTOL = 2.0**-10
+
 # A mean recomputed in float64 from values the run directory stores as float32 (7 digits).
 FLOAT32_STORED_ATOL = 1e-5
 

@@ -59,6 +59,21 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
         help="lockstep: swap triggers during decoding (hf); two-phase: decide the tokens by greedy requests, then score "
         "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
     )
+    p.add_argument(
+        "--schedule", default="sweep", choices=["sweep", "question"],
+        help="sweep: all clean runs and every question's trials as requests to one continuously batched decode; "
+        "question: one question after the other (same records; default: sweep on hf lockstep, question otherwise)",
+    )
+    p.add_argument("--live-rows", type=int, default=None, metavar="N", help="sweep schedule: rows decoding together at most (default: 202)")
+
+
+def live_rows(args: argparse.Namespace) -> int:
+    from sleight.tamper.runner import LIVE_ROWS
+
+    n = getattr(args, "live_rows", None)
+    if n is not None and n < 1:
+        raise UserError(f"--live-rows must be at least 1, not {n}")
+    return LIVE_ROWS if n is None else int(n)
 
 
 def default_out(model_spec: str) -> Path:
@@ -159,7 +174,7 @@ def execute(args: argparse.Namespace) -> list[str]:
     model = model_from_args(args)
     summary = run_tamper(
         model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard,
-        decoding=decoding,
+        decoding=decoding, schedule=getattr(args, "schedule", "sweep"), live_rows=live_rows(args),
     )
     rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
     resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""

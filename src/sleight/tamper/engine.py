@@ -343,6 +343,11 @@ def clean_run(
 ) -> Clean:
     """The model's unhooked greedy reply, with its triggers located by the hook's own detector."""
     gen = model.greedy([rendered.ids], config.max_new_tokens, top_k=config.top_k, progress=progress)[0]
+    return finish_clean(model, rendered, gen, config)
+
+
+def finish_clean(model: LanguageModel, rendered: Rendered, gen: Generation, config: TamperConfig) -> Clean:
+    """A clean run from its decoded reply (however it was scheduled)."""
     reply = Reply.from_generation(gen)
     if config.study:
         reply = finish_replies(model, rendered.ids, [reply], [()], config.top_k)[0]
@@ -359,6 +364,46 @@ def untouched_trials(clean: Clean, substitutes: Sequence[str]) -> list[Trial]:
     return [Trial(i, s, clean.reply, [], untouched=True) for i, s in enumerate(substitutes)]
 
 
+@dataclass
+class TrialRequest:
+    """One question's trials as one decoding request: every row the clean prompt plus the shared
+    prefix, forced its own first substitute, the hook swapping every later trigger."""
+
+    clean: Clean
+    substitutes: list[str]
+    prompt: list[int]
+    budget: int
+    firsts: list[Substitution]
+    hook: SwapHook
+
+    @property
+    def forced(self) -> list[list[int]]:
+        return [list(f.ids) for f in self.firsts]
+
+
+def trial_request(model: LanguageModel, clean: Clean, substitutes: Sequence[str], config: TamperConfig) -> TrialRequest:
+    """The request of ``clean``'s trials (it must contain a trigger)."""
+    first = clean.triggers[0]
+    prefix = clean.reply.token_ids[: first.start]
+    firsts = [plan_substitution(prefix, first, s, model, config) for s in substitutes]
+    hook = SwapHook(model, prefix, substitutes, config, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts])
+    return TrialRequest(clean, list(substitutes), list(clean.rendered.ids) + prefix, config.max_new_tokens - len(prefix), firsts, hook)
+
+
+def collect_trials(model: LanguageModel, req: TrialRequest, gens: Sequence[Generation], config: TamperConfig) -> list[Trial]:
+    """The trials of a decoded request: the clean prefix's records, then each row's own."""
+    head = req.clean.reply.head(len(req.prompt) - len(req.clean.rendered.ids))
+    replies, subs = [], []
+    for i, gen in enumerate(gens):
+        reply = head.then(Reply.from_generation(gen))
+        _check_injected(reply, req.hook.injected[i], i)
+        replies.append(reply)
+        subs.append([req.firsts[i], *req.hook.substitutions[i]])
+    if config.study:
+        replies = finish_replies(model, req.clean.rendered.ids, replies, [cut_tail(r, ss) for r, ss in zip(replies, subs)], config.top_k)
+    return [Trial(i, s, r, ss) for i, (s, r, ss) in enumerate(zip(req.substitutes, replies, subs))]
+
+
 def batched_trials(
     model: LanguageModel,
     clean: Clean,
@@ -369,29 +414,9 @@ def batched_trials(
     """All substitutes of one question in one decoding batch forked from the shared clean prefix."""
     if not clean.triggers:
         return untouched_trials(clean, substitutes)
-    first = clean.triggers[0]
-    prefix = clean.reply.token_ids[: first.start]
-    budget = config.max_new_tokens - len(prefix)
-    firsts = [plan_substitution(prefix, first, s, model, config) for s in substitutes]
-    hook = SwapHook(model, prefix, substitutes, config, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts])
-    gens = model.greedy(
-        [list(clean.rendered.ids) + prefix] * len(substitutes),
-        budget,
-        hook=hook,
-        forced=[list(f.ids) for f in firsts],
-        top_k=config.top_k,
-        progress=progress,
-    )
-    head = clean.reply.head(len(prefix))
-    replies, subs = [], []
-    for i, gen in enumerate(gens):
-        reply = head.then(Reply.from_generation(gen))
-        _check_injected(reply, hook.injected[i], i)
-        replies.append(reply)
-        subs.append([firsts[i], *hook.substitutions[i]])
-    if config.study:
-        replies = finish_replies(model, clean.rendered.ids, replies, [cut_tail(r, ss) for r, ss in zip(replies, subs)], config.top_k)
-    return [Trial(i, s, r, ss) for i, (s, r, ss) in enumerate(zip(substitutes, replies, subs))]
+    req = trial_request(model, clean, substitutes, config)
+    gens = model.greedy([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced, top_k=config.top_k, progress=progress)
+    return collect_trials(model, req, gens, config)
 
 
 def serial_trial(

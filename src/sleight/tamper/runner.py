@@ -25,7 +25,10 @@ from sleight.tamper import two_phase
 from sleight.tamper.data import ENTITY_INDEX, Question, digest
 from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
 from sleight.tamper.records import clean_table, trials_table
+from sleight.tamper.schedule import SCHEDULES, StreamStats, can_schedule, scheduled_questions
 from sleight.tamper.store import RunStore
+
+LIVE_ROWS = 202  # the sweep order's bound on rows decoding together (benchmarks/sweep.py measures the knob)
 
 
 @dataclass
@@ -42,6 +45,7 @@ class RunSummary:
     shard_questions: int | None = None  # questions in this shard (None: the whole run)
     decoding: str = "lockstep"
     disagreements: int = 0  # two-phase: scored argmax != decided token, model-chosen positions, this session
+    schedule: str = "question"  # the order this session decoded in ("sweep": continuous batching)
 
     @property
     def trials(self) -> int:
@@ -113,15 +117,26 @@ def run_tamper(
     shard: Shard = ALL,
     overwrite: bool = False,
     decoding: str = "lockstep",
+    schedule: str = "sweep",
+    live_rows: int = LIVE_ROWS,
 ) -> RunSummary:
     """Run (or resume) the sweep into ``out``; each question's trials are committed atomically.
 
     ``shard`` K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
     once, in several processes or machines, into one ``out``. ``overwrite`` starts ``out`` over.
     ``decoding``: ``"lockstep"`` (per-step surgery, hf) or ``"two-phase"`` (:mod:`sleight.tamper.two_phase`).
+    ``schedule``: ``"sweep"`` decodes every clean run and every question's trials as requests to one
+    continuously batched decode of at most ``live_rows`` rows (:mod:`sleight.tamper.schedule`; lockstep
+    on an engine that batches continuously, else question by question); ``"question"`` decodes one
+    question after the other. Both give the same records; results are committed per question either way.
     """
     if decoding not in two_phase.DECODINGS:
         raise ValueError(f"decoding must be one of {two_phase.DECODINGS}, not {decoding!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
+    if live_rows < len(substitutes):
+        raise UserError(f"--live-rows {live_rows} is below one question's {len(substitutes)} trial rows")
+    sweep = schedule == "sweep" and decoding == "lockstep" and can_schedule(model)
     decide = (two_phase.clean_run, two_phase.batched_trials) if decoding == "two-phase" else (clean_run, batched_trials)
     info = model.info.as_dict()
     store = RunStore(out)
@@ -141,9 +156,28 @@ def run_tamper(
     prog = SweepProgress(len(mine) * n_sub, initial=len(done) * n_sub, unit="trial", desc=desc, enabled=progress)
     untouched = _untouched_committed(store, done)
     stats = _DecodeStats(decoding, int(info.get("threads") or 0))
+    stream = StreamStats(live_rows) if sweep else None
     completed = False
+
+    def commit(i: int, clean: Any, trials: list[Any]) -> None:
+        q = questions[i]
+        stats.add(q.id, clean, trials)
+        store.commit(
+            i,
+            q.id,
+            clean_table(info["spec"], i, q.id, q.question, clean, config, model.decode),
+            trials_table(info["spec"], i, q.id, q.question, clean, trials, config, model.decode, ENTITY_INDEX),
+        )
+        prog.finish_item(n_sub, q.id)
+
     try:
-        for i in todo:
+        if sweep and todo:
+            prog.start_item(f"{len(todo)} questions, <= {live_rows} rows", None)
+            work = [(i, prompts[questions[i].id]) for i in todo]
+            for i, clean, trials in scheduled_questions(model, work, substitutes, config, live_rows=live_rows, progress=prog.tokens, stats=stream):
+                untouched += not clean.triggers
+                commit(i, clean, trials)
+        for i in [] if sweep else todo:
             q = questions[i]
             prog.start_item(f"{q.id} clean", config.max_new_tokens)
             clean = decide[0](model, prompts[q.id], config, prog.tokens)
@@ -152,26 +186,19 @@ def run_tamper(
             else:
                 untouched += 1
                 prog.start_item(f"{q.id} untouched", 0, new_item=False)
-            trials = decide[1](model, clean, substitutes, config, prog.tokens)
-            stats.add(q.id, clean, trials)
-            store.commit(
-                i,
-                q.id,
-                clean_table(info["spec"], i, q.id, q.question, clean, config, model.decode),
-                trials_table(info["spec"], i, q.id, q.question, clean, trials, config, model.decode, ENTITY_INDEX),
-            )
-            prog.finish_item(n_sub, q.id)
+            commit(i, clean, decide[1](model, clean, substitutes, config, prog.tokens))
         completed = True
     finally:
         prog.close()
         if store.session is not None:
             store.session.record.update(stats.record())
+            store.session.record["schedule"] = {"order": "sweep", **stream.record()} if stream else {"order": "question"}
             if hasattr(model, "engine_stats"):  # vLLM's own counters (prefix-cache queries, hits, hit rate)
                 store.session.record["engine_stats"] = model.engine_stats()
         store.finish(completed)
     return RunSummary(
         Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
-        shard, None if shard.whole else len(mine), decoding, stats.disagreements,
+        shard, None if shard.whole else len(mine), decoding, stats.disagreements, "sweep" if sweep else "question",
     )
 
 

@@ -1,0 +1,83 @@
+"""Schedule the sweep, not the question: every clean run and every question's trials as requests
+to one continuously batched lockstep decode (:class:`sleight.backends.hf.GreedyStream`).
+
+Question by question, each question's clean reply decodes alone at batch 1 and its trial batch
+empties as rows finish. Here all the clean runs are submitted at once (they decode together), a
+question's trial request is submitted as soon as its clean run is done, and it joins the running
+batch when its rows fit under ``live_rows``, so the batch stays full until the end. A question's
+trials are still forked from its own clean prefix, decided by the same hook, and finished and
+committed per question (:func:`scheduled_questions` yields them as they complete, in any order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sleight.backends.base import LanguageModel, Rendered
+from sleight.tamper.engine import (
+    Clean,
+    TamperConfig,
+    Trial,
+    TrialRequest,
+    collect_trials,
+    finish_clean,
+    trial_request,
+    untouched_trials,
+)
+
+SCHEDULES = ("sweep", "question")
+
+
+def can_schedule(model: LanguageModel) -> bool:
+    """The sweep order needs an engine that batches continuously (the hf engine's ``stream``)."""
+    return callable(getattr(model, "stream", None))
+
+
+@dataclass
+class StreamStats:
+    """What the stream did, for the session record and the benchmark."""
+
+    live_rows: int
+    peak_rows: int = 0
+    peak_columns: int = 0
+    requests: int = 0
+
+    def record(self) -> dict[str, Any]:
+        return {"live_rows": self.live_rows, "peak_rows": self.peak_rows, "peak_columns": self.peak_columns, "requests": self.requests}
+
+
+def scheduled_questions(
+    model: Any,
+    work: Sequence[tuple[int, Rendered]],
+    substitutes: Sequence[str],
+    config: TamperConfig,
+    *,
+    live_rows: int,
+    progress: Callable[[int], None] | None = None,
+    stats: StreamStats | None = None,
+) -> Iterator[tuple[int, Clean, list[Trial]]]:
+    """``(index, clean run, trials)`` for every ``(index, rendered prompt)`` of ``work``, as each
+    question's trials finish. Untouched questions (no trigger) come as soon as their clean run ends."""
+    stream = model.stream(top_k=config.top_k, live_rows=live_rows, progress=progress)
+    cleans: dict[int, tuple[int, Rendered]] = {}
+    trials: dict[int, tuple[int, TrialRequest]] = {}
+    for i, rendered in work:
+        cleans[stream.submit([rendered.ids], config.max_new_tokens)] = (i, rendered)
+    try:
+        for gid, gens in stream:
+            if gid in cleans:
+                i, rendered = cleans.pop(gid)
+                clean = finish_clean(model, rendered, gens[0], config)
+                if not clean.triggers:
+                    yield i, clean, untouched_trials(clean, substitutes)
+                    continue
+                req = trial_request(model, clean, substitutes, config)
+                trials[stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced)] = (i, req)
+            else:
+                i, req = trials.pop(gid)
+                yield i, req.clean, collect_trials(model, req, gens, config)
+    finally:
+        if stats is not None:
+            stats.peak_rows, stats.peak_columns, stats.requests = stream.peak_rows, stream.peak_columns, stream.requests

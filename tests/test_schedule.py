@@ -1,0 +1,92 @@
+"""The sweep order (continuous batching over questions) against the question-by-question order, on the
+bundled model: the same trials token for token, the same records within the engine's noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sleight.backends.kv_slab import SlabCache
+from sleight.tamper.data import load_questions, load_substitutes
+from sleight.tamper.engine import TamperConfig
+from sleight.tamper.runner import run_tamper
+from sleight.tamper.store import load_clean, load_manifest, load_trials
+from tolerances import ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL
+
+N_Q, N_SUBS, BUDGET, LIVE = 4, 6, 40, 10  # 6-row requests under 10 live rows: requests join running batches
+
+
+@pytest.fixture(scope="module")
+def two_orders(model, tmp_path_factory):
+    qs, qsrc = load_questions(limit=N_Q)
+    subs, ssrc = load_substitutes(limit=N_SUBS)
+    cfg = TamperConfig(max_new_tokens=BUDGET)
+    out = {}
+    for schedule in ("question", "sweep"):
+        d = tmp_path_factory.mktemp(schedule)
+        s = run_tamper(model, qs, subs, d, cfg, question_source=qsrc, substitute_source=ssrc, progress=False, schedule=schedule, live_rows=LIVE)
+        assert s.schedule == schedule
+        out[schedule] = d
+    return out
+
+
+def _flat(frame, col):
+    return np.concatenate([np.ravel(np.stack(list(v))) if len(v) and np.ndim(v[0]) else np.asarray(v, dtype=float) for v in frame[col]]).astype(float)
+
+
+def test_sweep_order_gives_the_question_orders_trials(two_orders):
+    a, b = (load_trials(two_orders[s]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True) for s in ("question", "sweep"))
+    assert len(a) == len(b) == N_Q * N_SUBS
+    for col in ("token_ids", "injected", "swap_steps", "swap_ids", "top20_ids"):
+        assert [[np.asarray(e).tolist() for e in x] for x in a[col]] == [[np.asarray(e).tolist() for e in x] for x in b[col]], col
+    assert (a[["reply", "n_swaps", "finish_reason", "untouched"]] == b[["reply", "n_swaps", "finish_reason", "untouched"]]).all().all()
+    np.testing.assert_allclose(_flat(a, "logprobs"), _flat(b, "logprobs"), atol=LOGPROB_ATOL)
+    np.testing.assert_allclose(_flat(a, "top20_logprobs"), _flat(b, "top20_logprobs"), rtol=FLOAT16_STORED_RTOL, atol=LOGPROB_ATOL)
+    np.testing.assert_allclose(_flat(a, "entropy_full"), _flat(b, "entropy_full"), atol=ENTROPY_ATOL)
+    ca, cb = (load_clean(two_orders[s]).sort_values("question_index").reset_index(drop=True) for s in ("question", "sweep"))
+    assert [list(x) for x in ca["token_ids"]] == [list(x) for x in cb["token_ids"]]
+
+
+def test_sweep_order_is_recorded_and_bounded(two_orders):
+    sweep = load_manifest(two_orders["sweep"])["sessions"][-1]["schedule"]
+    assert sweep["order"] == "sweep" and sweep["live_rows"] == LIVE
+    assert N_SUBS < sweep["peak_rows"] <= LIVE  # requests shared the batch, never past the bound
+    assert sweep["requests"] == N_Q + sum(1 for _, r in load_clean(two_orders["sweep"]).iterrows() if r["n_triggers"])
+    assert load_manifest(two_orders["question"])["sessions"][-1]["schedule"] == {"order": "question"}
+
+
+def test_requests_joining_a_running_batch_decode_as_alone(model):
+    """Two prompts of different lengths: one joins the other's batch mid-decode (its cache padded
+    on the left, the batch trimmed); each row's tokens are what it decodes alone."""
+    short = model.render_chat([{"role": "user", "content": "Name a colour."}]).ids
+    long = model.render_chat([{"role": "user", "content": "Explain in two sentences why the sky is blue during the day."}]).ids
+    alone = [model.greedy([p], 24, top_k=5)[0] for p in (short, long)]
+    stream = model.stream(top_k=5, live_rows=2)
+    stream.submit([short], 24)
+    stream.submit([long], 24)
+    got = dict(stream)
+    assert stream.peak_rows == 2
+    for gid, want in enumerate(alone):
+        g = got[gid][0]
+        assert g.token_ids == want.token_ids
+        np.testing.assert_allclose(g.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(g.entropy, want.entropy, atol=ENTROPY_ATOL)
+
+
+def test_slab_cache_pads_stacks_and_trims():
+    import torch
+
+    a, b = SlabCache(), SlabCache()
+    ka = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).reshape(2, 1, 3, 2)
+    kb = -torch.arange(1 * 1 * 1 * 2, dtype=torch.float32).reshape(1, 1, 1, 2) - 1
+    a.update(ka, ka + 100, 0)
+    b.update(kb, kb - 100, 0)
+    b.pad_left(2)
+    a.stack(b)
+    keys = a.layers[0].keys
+    assert keys.shape == (3, 1, 3, 2)
+    assert torch.equal(keys[:2], ka) and torch.equal(keys[2, :, 2:], kb[0]) and not keys[2, :, :2].any()
+    a.drop_left(2)
+    assert torch.equal(a.layers[0].keys, torch.cat([ka[:, :, 2:], kb], 0)) and a.get_seq_length() == 1
+    a.update(torch.ones(3, 1, 1, 2), torch.ones(3, 1, 1, 2), 0)  # written in place after the trim
+    assert a.get_seq_length() == 2 and torch.equal(a.layers[0].values[:, :, -1], torch.ones(3, 1, 2))
