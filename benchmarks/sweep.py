@@ -1,0 +1,199 @@
+"""The real tamper sweep of the default model, timed: the sweep order (continuous batching over
+questions) against the question-by-question order, in one process, on the same questions.
+
+    python benchmarks/sweep.py                          # all 100 questions x 101 substitutes, sweep order only
+    python benchmarks/sweep.py --questions 10 --baseline   # a seeded 10-question subset, both orders
+    python benchmarks/sweep.py --questions 10 --live-rows 101,202,404   # the live-rows knob
+    python benchmarks/sweep.py --questions 2 --substitutes 4 --max-new-tokens 16 --baseline   # smoke, seconds
+
+Each order runs ``sleight.tamper.runner.run_tamper`` (what ``sleight tamper run`` calls) into a fresh
+run directory. Printed per order: wall time, trials/s, tokens/s, the projected full sweep
+(100 x 101 trials at this order's trials/s), the share of decode steps' time spent with one row
+(the question order's clean runs), in full batches (>= 90 % of the order's rows) and in partial
+batches (the tails), the peak resident memory and the peak KV cache of the live rows, and where the
+time went: model forward passes, the per-step records (log-softmax, top-20, full entropy), the
+hook and the engine's book-keeping, committing results. Then the engine's rate against the CPU's
+physical bound (2 x parameters FLOPs a token, against cores x clock x FLOPs a cycle of its widest
+FMA units), and with ``--baseline`` whether the orders' trials are identical token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+
+FULL_TRIALS = 100 * 101
+
+
+class Timers:
+    """Wall time spent inside named functions (patched for the benchmark only), and per decode step
+    the rows it fed and its duration."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = defaultdict(float)
+        self.steps: list[tuple[float, int]] = []
+        self._last = time.perf_counter()
+
+    def wrap(self, owner: object, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.spent[label] += time.perf_counter() - t
+
+        setattr(owner, name, timed)
+
+    def step(self, n: int) -> None:
+        now = time.perf_counter()
+        self.steps.append((now - self._last, n))
+        self._last = now
+
+    def reset(self) -> None:
+        self.spent.clear()
+        self.steps.clear()
+        self._last = time.perf_counter()
+
+
+def peak_rss_gib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def reset_peak_rss() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def cpu_peak_gflops(cores: int) -> tuple[float, str]:
+    """cores x clock x FP32 FLOPs a cycle: 2 FMA units x (16 lanes on AVX-512, 8 on AVX2) x 2."""
+    info = Path("/proc/cpuinfo").read_text()
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    mhz = [float(line.split(":", 1)[1]) for line in info.splitlines() if line.startswith("cpu MHz")]
+    ghz = (max(mhz) / 1000) if mhz else float("nan")
+    lanes, isa = (16, "AVX-512") if "avx512f" in flags else ((8, "AVX2") if "avx2" in flags else (4, "SSE"))
+    flops = 2 * lanes * 2
+    return cores * ghz * flops, f"{cores} cores x {ghz:.2f} GHz x {flops} FLOP/cycle ({isa}, 2 FMA units)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--questions", type=int, default=100, help="a seeded subset of N of the 100 questions (default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="the subset's seed (default: 0)")
+    ap.add_argument("--substitutes", type=int, default=101)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--live-rows", default="202", help="comma-separated live-row bounds for the sweep order (default: 202)")
+    ap.add_argument("--baseline", action="store_true", help="also run the question-by-question order and compare the trials")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: a temporary folder)")
+    args = ap.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    import sleight.backends.hf as hf
+    from sleight.backends import load_model
+    from sleight.cli.main import quiet_libraries
+    from sleight.progress import SweepProgress
+    from sleight.tamper.data import load_questions, load_substitutes
+    from sleight.tamper.engine import TamperConfig
+    from sleight.tamper.runner import run_tamper
+    from sleight.tamper.store import RunStore, load_manifest, load_trials
+
+    quiet_libraries()
+    model = load_model(args.model, threads=args.threads)
+    questions, qsrc = load_questions()
+    if args.questions < len(questions):
+        pick = sorted(random.Random(args.seed).sample(range(len(questions)), args.questions))
+        questions = [questions[i] for i in pick]
+    subs, ssrc = load_substitutes(limit=args.substitutes)
+    cfg = TamperConfig(max_new_tokens=args.max_new_tokens)
+    timers = Timers()
+    timers.wrap(model, "_forward", "forward passes")
+    timers.wrap(hf, "_position_records", "records (log-softmax, top-20, entropy)")
+    timers.wrap(hf._DecodeState, "choose", "hook and book-keeping")
+    timers.wrap(RunStore, "commit", "committing results")
+    count = SweepProgress.tokens
+
+    def tokens(self: SweepProgress, n: int) -> None:
+        timers.step(n)
+        count(self, n)
+
+    SweepProgress.tokens = tokens  # type: ignore[method-assign]
+    root = args.keep or Path(tempfile.mkdtemp(prefix="sleight-sweep-"))
+    orders = [("sweep", int(n)) for n in args.live_rows.split(",")] + ([("question", 0)] if args.baseline else [])
+    n_params = sum(p.numel() for p in model.model.parameters())
+    peak, peak_how = cpu_peak_gflops(torch.get_num_threads())
+    print(f"model {args.model}: {n_params / 1e6:.1f} M parameters; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{len(questions)} questions x {len(subs)} substitutes, budget {args.max_new_tokens}", flush=True)
+    runs: dict[str, Path] = {}
+    walls: dict[str, float] = {}
+    for order, live in orders:
+        name = f"{order}-{live}" if order == "sweep" else order
+        out = root / name
+        shutil.rmtree(out, ignore_errors=True)
+        timers.reset()
+        reset_peak_rss()
+        t0 = time.perf_counter()
+        s = run_tamper(model, questions, subs, out, cfg, question_source=qsrc, substitute_source=ssrc, progress=True,
+                       schedule=order, live_rows=live or len(subs))
+        wall = time.perf_counter() - t0
+        runs[name], walls[name] = out, wall
+        trials = s.trials
+        steps = timers.steps
+        cap = live if order == "sweep" else len(subs)
+        one = sum(dt for dt, n in steps if n == 1)
+        full = sum(dt for dt, n in steps if n >= 0.9 * cap and n > 1)
+        part = sum(dt for dt, n in steps) - one - full
+        total_steps = max(sum(dt for dt, _ in steps), 1e-9)
+        sched = load_manifest(out)["sessions"][-1]["schedule"]
+        kv_token = 2 * model.model.config.num_hidden_layers * model.model.config.num_key_value_heads * (
+            model.model.config.hidden_size // model.model.config.num_attention_heads) * 4
+        kv = f", peak KV of live rows {sched['peak_rows'] * sched['peak_columns'] * kv_token / 2**30:.2f} GiB ({sched['peak_rows']} rows x {sched['peak_columns']} columns)" if order == "sweep" else ""
+        tps = s.tokens / wall
+        print(f"\n== {name}: {wall:.1f} s, {trials / wall:.2f} trials/s, {tps:.1f} tok/s ({s.tokens} tokens); "
+              f"projected full sweep {FULL_TRIALS / (trials / wall) / 60:.1f} min", flush=True)
+        print(f"   decode steps: {len(steps)}; time with one row {one / total_steps:.0%}, full batches {full / total_steps:.0%}, "
+              f"partial batches {part / total_steps:.0%}; peak RSS {peak_rss_gib():.2f} GiB{kv}")
+        for label, sec in sorted(timers.spent.items(), key=lambda kv: -kv[1]):
+            print(f"   {label:40s} {sec:8.1f} s  {sec / wall:5.1%}")
+        gflops = 2 * n_params * tps / 1e9
+        print(f"   engine: {gflops:.1f} GFLOP/s at 2 x parameters a token = {gflops / peak:.0%} of the CPU's {peak:.0f} GFLOP/s ({peak_how})")
+    if args.baseline and len(runs) > 1:
+        ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
+        for name, out in runs.items():
+            if name == "question":
+                continue
+            got = load_trials(out).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
+            same = sum(list(a) == list(b) for a, b in zip(ref["token_ids"], got["token_ids"]))
+            d = max((float(np.max(np.abs(np.asarray(a, float) - np.asarray(b, float)))) for a, b in zip(ref["logprobs"], got["logprobs"])
+                     if len(a) == len(b) and len(a)), default=0.0)
+            print(f"\n{name} vs question order: {same}/{len(ref)} trials token-identical; max |d log-prob| {d:.2e} (identical-length trials)")
+        for name in runs:
+            if name != "question":
+                print(f"{name}: {walls['question'] / walls[name]:.2f}x the question order's speed")
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
