@@ -178,6 +178,16 @@ def test_a_different_config_or_model_is_refused_in_one_line_and_overwrite_starts
             run.check(CONFIG, overwrite=overwrite)
 
 
+def test_chat_template_arguments_are_part_of_the_model_identity(tmp_path):
+    """--thinking off and on render different prompts: a resume with the other is refused; a run
+    made before the arguments were recorded (none given) keeps its fingerprint."""
+    assert rundir.fingerprint(CONFIG, {**MODEL, "chat_template_kwargs": {}}) == rundir.fingerprint(CONFIG, MODEL)
+    run = RunDir(tmp_path / "r", "tamper", identity_keys=("trigger", "questions"))
+    run.open(CONFIG, {**MODEL, "chat_template_kwargs": {"enable_thinking": False}}, units=4).finish(True)
+    with pytest.raises(UserError, match=r"different model \(chat_template_kwargs.enable_thinking: False there, True here\)"):
+        run.open(CONFIG, {**MODEL, "chat_template_kwargs": {"enable_thinking": True}}, units=4)
+
+
 def test_a_manifest_of_another_format_is_refused_and_overwrite_starts_over(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True}))
     (tmp_path / "trials.parquet").mkdir()

@@ -69,7 +69,7 @@ MANIFEST_FIELDS: dict[str, str] = {
     "version": f"version of this format ({FORMAT_VERSION}); a reader refuses a newer one",
     "kind": "which command made the run: tamper, audit, forecast or ptrue",
     "created": "UTC time the run directory was created (ISO 8601)",
-    "model": "the model record (spec, model_id, revision, chat_template_sha256, tokenizer, engine, engine_version, dtype, device, batch_size) of the first session",
+    "model": "the model record (spec, model_id, revision, chat_template_sha256, chat_template_kwargs, tokenizer, engine, engine_version, dtype, device, batch_size) of the first session",
     "config": "everything that decides the records; a resume with a different value is refused",
     "fingerprint": "sha256 of the identity part of config and of the model's identity",
     "units": "how many units of work (questions, items) the run has in all",
@@ -376,7 +376,12 @@ def identity(config: Mapping[str, Any], keys: Sequence[str] | None) -> dict[str,
 
 
 def model_identity(model: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: (model or {}).get(k) for k in MODEL_IDENTITY}
+    """The model fields that decide records; chat-template arguments (``--thinking``, ...) only when
+    given, so a run made before they were recorded resumes under the same fingerprint."""
+    ident = {k: (model or {}).get(k) for k in MODEL_IDENTITY}
+    if (model or {}).get("chat_template_kwargs"):
+        ident["chat_template_kwargs"] = dict((model or {})["chat_template_kwargs"])
+    return ident
 
 
 def fingerprint(config: Mapping[str, Any], model: Mapping[str, Any] | None, keys: Sequence[str] | None = None) -> str:
