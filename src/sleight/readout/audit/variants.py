@@ -7,6 +7,10 @@ Variants (SPEC §4.2):
 * ``stem`` -- the answer stem prefilled in the assistant turn and continued (turn left open);
 * ``deleted_instruction`` -- the quoted item's answer instruction removed;
 * ``deleted_choices`` -- the quoted item's lettered choice list removed;
+* ``deleted_instruction_choices`` -- both removed, the instruction and the choice list (the paper's
+  "instruction + choices deleted" condition, Appendix C/D/I, issue #19 item 3): only the question
+  of the quoted item is left. Named in ``--variants``; not one of the default set (:data:`VARIANTS`),
+  so a default audit reads what it read before;
 * ``fenced`` -- the quoted item between ``BEGIN QUOTED ITEM`` / ``END QUOTED ITEM`` lines, followed by
   a request not to answer it;
 * ``substituted:<k>`` -- the quoted instruction replaced by one of the study's six substitutes.
@@ -43,6 +47,9 @@ VARIANTS: tuple[str, ...] = (
     "fenced",
     *(f"substituted:{k}" for k in SUBSTITUTES),
 )
+# The paper's conditions built from the variants above, taken by name only (``--variants all`` is VARIANTS).
+PAPER_CONDITIONS: tuple[str, ...] = ("deleted_instruction_choices",)
+KNOWN_VARIANTS: tuple[str, ...] = (*VARIANTS, *PAPER_CONDITIONS)
 
 
 @dataclass(frozen=True)
@@ -65,15 +72,16 @@ class Skipped:
 
 
 def parse_variants(text: str | None) -> tuple[str, ...]:
-    """``--variants`` (comma-separated names; ``all`` or empty = every variant), original first."""
+    """``--variants`` (comma-separated names; ``all`` or empty = the default set :data:`VARIANTS`;
+    the paper's conditions, :data:`PAPER_CONDITIONS`, by name), original first."""
     from sleight.errors import UserError
 
     if not text or text.strip() == "all":
         return VARIANTS
     names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
+    unknown = [v for v in names if v not in KNOWN_VARIANTS]
     if unknown:
-        raise UserError(f"unknown variant(s) {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+        raise UserError(f"unknown variant(s) {', '.join(unknown)} (choose from {', '.join(KNOWN_VARIANTS)})")
     if "original" not in names:
         names.insert(0, "original")
     return tuple(dict.fromkeys(names))
@@ -150,6 +158,12 @@ def _make_variant(item: AuditItem, variant: str, stem: str | None) -> VariantSpe
             return Skipped(variant, "item has no 'choices_block'")
         new = _replace_last(msgs, item.choices_block, "")
         return VariantSpec(variant, _tidy(new)) if new else Skipped(variant, "choices_block not found")
+    if variant == "deleted_instruction_choices":
+        if not item.quoted_instruction or not item.choices_block:
+            return Skipped(variant, "item needs both 'quoted_instruction' and 'choices_block'")
+        new = _replace_last(msgs, item.choices_block, "")
+        new = _replace_last(new, item.quoted_instruction, "") if new else None
+        return VariantSpec(variant, _tidy(new)) if new else Skipped(variant, "choices_block or quoted_instruction not found")
     if variant == "fenced":
         span = quoted_span(item)
         if not span:
