@@ -84,7 +84,10 @@ def test_forecast_reports_spaced_unspaced_agreement(forecast_out):
     assert s["n_compared"] == N_FORECAST and s["n_agree"] == int(agree.sum())
     assert s["accuracy"] == pytest.approx((orig["reader_choice"] == orig["gold"]).mean())
     assert s["accuracy_spaced"] == pytest.approx((orig["reader_choice_spaced"] == orig["gold"]).mean())
-    assert list(orig["correct"]) == list(orig["reader_choice"] == orig["gold"])
+    # Table 4 reads the spaced letters: the target is the spaced reader's correctness (the unspaced one before issue #19)
+    assert s["target"] == "spaced" and set(orig["reader_target"]) == {"spaced"}
+    assert list(orig["correct"]) == list(orig["reader_choice_spaced"] == orig["gold"])
+    assert s["accuracy_target"] == pytest.approx(s["accuracy_spaced"])
 
 
 def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_out):

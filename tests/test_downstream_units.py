@@ -150,7 +150,8 @@ def test_reader_prompt_has_the_note_and_item_but_not_the_passage():
     it = fp.load_race_items(fp_fixture("race_items.jsonl"), limit=1)[0]
     prompt = fp.reader_prompt("NOTE TEXT", it)
     assert prompt.startswith("Note: NOTE TEXT\n\n") and it.question in prompt
-    assert "D. " + it.choices[3] in prompt and prompt.endswith("Answer with exactly one of: A, B, C, D.")
+    # Appendix H prints the choices "D: ..." (was "D. ..." before issue #19)
+    assert "\nD: " + it.choices[3] + "\n" in prompt and prompt.endswith("Answer with exactly one of: A, B, C, D.")
     assert it.passage[:40] not in prompt
     f_item = fp.forecast_item(it, "NOTE TEXT", 1.0)
     assert f_item.options == ("10", "30", "50", "70", "90") and f_item.stem == "Out of 100 such readers, about "

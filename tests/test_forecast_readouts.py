@@ -1,4 +1,4 @@
-"""The forecast's readouts (c)-(f) on the real model, against independent recomputations."""
+"""The forecast's readouts (c)-(h) on the real model, against independent recomputations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from sleight.position import encode_continuation
 from sleight.readout.audit.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OPTIONS, forecast_prompt
-from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
+from sleight.readout.forecast.pipeline import CONTINUATION_TOKENS, DEFAULT_ITEMS, load_race_items, run_forecast
 from sleight.readout.forecast.readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
 from sleight.readout.scan.text_parsers import first_grid_value
 from tolerances import MASS_ATOL
@@ -33,7 +33,9 @@ def test_continuation_readout_equals_an_independent_decode(model, run):
     items, rows, recs = run
     for it, r in zip(items, recs):
         orig = next(x for x in rows if x["item_id"] == it.id and x["position"] == "original")
-        text = model.decode(model.greedy([model.encode(orig["context"])], 16)[0].token_ids)
+        # Appendix H: readout (f) decodes 48 tokens (the pipeline's default; it was 16 before issue #19)
+        assert CONTINUATION_TOKENS == 48
+        text = model.decode(model.greedy([model.encode(orig["context"])], CONTINUATION_TOKENS)[0].token_ids)
         v = first_grid_value(text, FORECAST_OPTIONS)
         assert r["continuation"] == (0.5 if v is None else int(v) / 100)
         assert r["continuation_text"] == text
@@ -60,7 +62,8 @@ def test_every_pair_on_the_same_replicates():
     recs = [{"item_id": str(k), "cluster": k // 2, "correct": bool(k % 3), **{name: float(rng.uniform()) for name in READOUTS}} for k in range(12)]
     recs.append({**recs[0], "item_id": "x", "alt": None})  # undefined somewhere: left out of every readout
     s = summarise_readouts(recs, B=300)
-    assert s["n_scored"] == 12 and len(s["pairs"]) == 15
+    # (a)-(f) and Appendix H's two short stems (g), (h): 8 readouts, 28 pairs (15 of six before issue #19)
+    assert len(READOUTS) == 8 and s["n_scored"] == 12 and len(s["pairs"]) == 28
     for pair, d in s["pairs"].items():
         a, b = pair.split(" - ")
         assert d["auroc"]["diff"] == pytest.approx(s["readouts"][a]["auroc"]["estimate"] - s["readouts"][b]["auroc"]["estimate"])

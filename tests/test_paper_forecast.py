@@ -5,6 +5,7 @@ The paper's own text is not available here; docs/readout.md ("Paper fidelity") l
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -34,3 +35,122 @@ def test_user_stem_refused_when_items_carry_their_own(tmp_path):
         load_audit(items=path, stem="Forecast: ")
     items, config, _ = load_audit(items=path)
     assert items[0].stem == "Number: " and config.stem is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Appendix H's prompt and readouts, Table 4's reader
+# ---------------------------------------------------------------------------------------------
+
+
+def _race(limit: int = 2):
+    from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items
+
+    return load_race_items(DEFAULT_ITEMS, limit=limit)
+
+
+def test_choices_printed_with_a_colon():
+    """Paper: Appendix H prints the quoted item's choices ``A: <choice>`` (issue #19 item 3: not
+    ``A. <choice>``): in the forecast prompt, the reader's prompt and the audit's forecast preset."""
+    from sleight.readout.audit.presets import choices_block, forecast_prompt, preset_items
+    from sleight.readout.forecast.pipeline import reader_prompt
+
+    it = _race(1)[0]
+    want = "\n".join(f"{x}: {c}" for x, c in zip("ABCD", it.choices))
+    assert choices_block(it.choices) == want
+    prompt, quoted, block = forecast_prompt("a note", it.question, it.choices)
+    assert block == want and f"{it.question}\n{want}\n" in quoted and quoted in prompt
+    assert want in reader_prompt("a note", it)
+    for text in (prompt, reader_prompt("a note", it)):
+        assert not any(f"\n{x}. " in text for x in "ABCD")
+    item = preset_items("forecast", limit=1)[0]
+    assert item.choices_block == want and want in item.messages[0]["content"]
+
+
+def test_readout_f_decodes_48_tokens():
+    """Paper: Appendix H, readout (f) is read from 48 greedy tokens (issue #19 item 3: was 16): the
+    pipeline's default, ``readout forecast``'s default and the library config's."""
+    from sleight.cli.main import build_parser
+    from sleight.readout.downstream_run import ForecastConfig
+    from sleight.readout.forecast import pipeline as fp
+
+    assert fp.CONTINUATION_TOKENS == 48
+    assert inspect.signature(fp.run_forecast).parameters["continuation_tokens"].default == 48
+    assert ForecastConfig().continuation_tokens == 48
+    assert build_parser().parse_args(["readout", "forecast"]).continuation_tokens == 48
+    assert build_parser().parse_args(["readout", "ptrue"]).continuation_tokens == 16  # P(True) keeps its own
+
+
+def test_spaced_reader_is_the_target_in_the_summary():
+    """Paper: Table 4 reads the spaced letters ``" A"``..``" D"`` (issue #19 item 3): the summary
+    names the target reader and its accuracy is the spaced one; readings from before the setting
+    (no ``reader_target`` column) were the unspaced reader's."""
+    from sleight.readout.forecast.pipeline import summarise
+
+    rows = []
+    for k, (uns, sp, gold) in enumerate((("A", "B", "B"), ("C", "C", "C"), ("D", "A", "D"), ("A", "B", "A"))):
+        for pos, score in (("original", 0.1 * k), ("stem", 0.2 + 0.1 * k)):
+            rows.append({
+                "item_id": f"i{k}", "cluster": k, "position": pos, "gold": gold, "reader_choice": uns, "reader_choice_spaced": sp,
+                "reader_agree": uns == sp, "correct": sp == gold, "correct_spaced": sp == gold, "reader_target": "spaced",
+                "reader_mass": 0.5, "reader_mass_spaced": 0.5, "note_truncated": False, "note_raw_words": 10, "score": score,
+                "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x", "argmax_token": "x", "continuation_class": "x",
+            })
+    s = summarise(rows, B=20)["reader"]
+    assert s["target"] == "spaced"
+    assert s["accuracy_target"] == s["accuracy_spaced"] == 0.5 and s["accuracy"] == 0.75  # spaced: B=B, C=C, A!=D, B!=A
+    assert [r["correct"] for r in rows[::2]] == [True, True, False, False]
+    old = [{k: v for k, v in r.items() if k != "reader_target"} | {"correct": r["reader_choice"] == r["gold"]} for r in rows]
+    s = summarise(old, B=20)["reader"]
+    assert s["target"] == "unspaced" and s["accuracy_target"] == s["accuracy"] == 0.75
+
+
+@pytest.mark.slow
+def test_spaced_reader_is_the_target_on_the_model(model):
+    """Paper: Table 4 reads the spaced letters (issue #19 item 3): ``correct`` is the spaced
+    reader's correctness, the pick with the highest full-sequence log-probability of ``" A"``..``" D"``
+    recomputed here from the model's forward pass; ``reader="unspaced"`` keeps the old target."""
+    import numpy as np
+
+    from sleight.position import encode_continuation
+    from sleight.readout.forecast.pipeline import Note, read_notes, reader_prompt
+
+    items = _race(2)
+    notes = [Note(f"The passage says the answer is {it.answer}.", "", 8, 8, "stop", "") for it in items]
+    spaced = read_notes(model, items, notes)
+    unspaced = read_notes(model, items, notes, reader="unspaced")
+    for it, n, sp, un in zip(items, notes, spaced, unspaced):
+        ctx = model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}])
+        lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, [encode_continuation(model, ctx.text, f" {x}") for x in "ABCD"])]
+        assert sp["reader_choice_spaced"] == "ABCD"[int(np.argmax(lps))]
+        assert sp["correct"] == (sp["reader_choice_spaced"] == it.answer) == sp["correct_spaced"] and sp["reader_target"] == "spaced"
+        assert un["correct"] == (un["reader_choice"] == it.answer) and un["reader_target"] == "unspaced"
+    with pytest.raises(UserError, match="unknown reader 'both'"):
+        read_notes(model, items, notes, reader="both")
+
+
+@pytest.mark.slow
+def test_short_stems_are_readouts(model):
+    """Paper: Appendix H's short stems ``"Number: "`` and ``"Forecast: "`` are readouts (g) and (h)
+    beside (a)-(f) (issue #19 item 3): each is the forecast prompt rendered with the generation
+    prompt, the stem appended as text, renormalised over 10..90, recomputed here by hand."""
+    import numpy as np
+
+    from sleight.position import encode_continuation
+    from sleight.readout.audit.presets import FORECAST_OPTIONS, forecast_prompt
+    from sleight.readout.forecast.pipeline import run_forecast
+    from sleight.readout.forecast.readouts import READOUTS, SHORT_STEMS, extra_readouts
+    from tolerances import MASS_ATOL
+
+    assert SHORT_STEMS == {"stem_number": "Number: ", "stem_forecast": "Forecast: "} and set(SHORT_STEMS) <= set(READOUTS)
+    items = _race(1)
+    rows = run_forecast(model, items, note_max_new_tokens=12, continuation_tokens=2)
+    (rec,) = extra_readouts(model, items, rows)
+    prompt = forecast_prompt(rows[0]["note"], items[0].question, items[0].choices)[0]
+    for key, stem in SHORT_STEMS.items():
+        rendered = model.render_chat([{"role": "user", "content": prompt}], prefill=stem)
+        text, ids = rendered.text, rendered.ids
+        assert text == model.render_chat([{"role": "user", "content": prompt}]).text + stem  # the generation prompt, then the stem as text
+        lps = np.array([float(np.sum(a)) for a in model.continuation_logprobs(ids, [encode_continuation(model, text, o) for o in FORECAST_OPTIONS])])
+        p = np.exp(lps - lps.max())
+        want = float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p / p.sum())))
+        assert rec[key] == pytest.approx(want, abs=MASS_ATOL), key

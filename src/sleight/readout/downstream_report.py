@@ -170,8 +170,8 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         Table(
             ["option strings", "accuracy", "choices", "median option mass", "below floor"],
             [
-                ["unspaced `A`..`D` (target)", fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
-                ["spaced ` A`..` D`", fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
+                ["unspaced `A`..`D`" + (" (target)" if rd.get("target", "unspaced") == "unspaced" else ""), fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
+                ["spaced ` A`..` D`" + (" (target)" if rd.get("target") == "spaced" else ""), fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
             ],
             note=(
                 f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "

@@ -70,6 +70,7 @@ FORECAST_SCHEMA = pa.schema(
         ("reader_argmax_class", pa.string()),
         ("correct", pa.bool_()),
         ("correct_spaced", pa.bool_()),
+        ("reader_target", pa.string()),
         *[f for f in MEASURE_SCHEMA if f.name not in ("item_id", "variant")],
         ("option_probs", _F64_LIST),
     ]
@@ -323,35 +324,84 @@ class DownstreamConfig:
 
 @dataclass(frozen=True)
 class ForecastConfig(DownstreamConfig):
-    """``sleight readout forecast``: notes cut to ``note_words`` words, written within ``note_tokens``."""
+    """``sleight readout forecast``: notes cut to ``note_words`` words, written within ``note_tokens``;
+    ``reader``: whose correctness is the target (``spaced``, as Table 4 reads it, or ``unspaced``);
+    ``continuation_tokens``: 48, Appendix H's readout (f)."""
 
     KIND = "forecast"
 
+    continuation_tokens: int = 48
     note_words: int = 32
     note_tokens: int = 64
+    reader: str = "spaced"
+
+    def check(self) -> None:
+        super().check()
+        from sleight.readout.forecast.pipeline import check_reader
+
+        check_reader(self.reader)
 
     def _counts(self) -> tuple[str, ...]:
         return ("note_words", "note_tokens")
 
     def _own(self) -> dict[str, Any]:
-        return {"note_words": self.note_words, "note_tokens": self.note_tokens}
+        return {"note_words": self.note_words, "note_tokens": self.note_tokens, "reader": self.reader}
+
+
+DECODES = ("greedy", "sampled")
 
 
 @dataclass(frozen=True)
 class PTrueConfig(DownstreamConfig):
-    """``sleight readout ptrue``: ``answers`` own | constructed | both; ``instruct=False``: raw prompts."""
+    """``sleight readout ptrue``: ``answers`` own | constructed | both; ``instruct=False``: raw prompts.
+
+    ``decode``: how the own answers are written, ``greedy`` or ``sampled`` as lm-polygraph samples
+    (:class:`~sleight.readout.ptrue.answers.Sampling` with ``temperature``, ``top_k``, ``top_p``
+    and ``sample_seed``; the library's defaults 1.0, 50, 1.0 and seed 1). A sampled run records
+    them in its config (a resume with another setting is refused); a greedy run records none of
+    them, so runs from before the setting existed resume unchanged."""
 
     KIND = "ptrue"
 
     answers: str = "both"
     max_new_tokens: int = 32
     instruct: bool = True
+    decode: str = "greedy"
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+    sample_seed: int = 1
+
+    def check(self) -> None:
+        super().check()
+        if self.decode not in DECODES:
+            raise UserError(f"unknown --decode '{self.decode}' (choose from {', '.join(DECODES)})")
+        if self.decode == "sampled":
+            self.sampling().check()
+        elif self.sampling_flags():
+            raise UserError(f"{', '.join(self.sampling_flags())} only apply with --decode sampled")
+
+    def sampling_flags(self) -> list[str]:
+        """The sampling settings changed from their defaults (flags of a greedy run: refused)."""
+        defaults = PTrueConfig()
+        return [f"--{k.replace('_', '-')}" for k in ("temperature", "top_k", "top_p", "sample_seed") if getattr(self, k) != getattr(defaults, k)]
+
+    def sampling(self) -> Any:
+        """The :class:`~sleight.readout.ptrue.answers.Sampling` of a sampled run; None when greedy."""
+        if self.decode != "sampled":
+            return None
+        from sleight.readout.ptrue.answers import Sampling
+
+        return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.sample_seed)
 
     def _counts(self) -> tuple[str, ...]:
         return ("max_new_tokens",)
 
     def _own(self) -> dict[str, Any]:
-        return {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
+        own: dict[str, Any] = {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
+        if self.decode == "sampled":
+            own.update(decode=self.decode, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, sample_seed=self.sample_seed)
+        return own
 
 
 @dataclass
@@ -380,7 +430,7 @@ def _forecast_pipeline(config: ForecastConfig, all_items: Sequence[Any], prog: S
         return fp.run_forecast(
             model, items, max_words=config.note_words, note_max_new_tokens=config.note_tokens,
             continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
-            clusters=[int(clusters[i]) for i in indices],
+            clusters=[int(clusters[i]) for i in indices], reader=config.reader,
         )
 
     return Pipeline(
@@ -408,6 +458,7 @@ def _ptrue_pipeline(config: PTrueConfig, _all_items: Sequence[Any], prog: SweepP
         return pp.run_ptrue(
             model, items, settings=settings, instruct=config.instruct, max_new_tokens=config.max_new_tokens,
             continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
+            sampling=config.sampling(),
         )
 
     return Pipeline(

@@ -82,8 +82,12 @@ def unrelated_note(other: Mapping[str, Any]) -> str:
     return lead or "The weather was mild and nothing else happened that day."
 
 
+CHOICE_LABEL = "{letter}: {text}"  # Appendix H prints the choices "A: ...", not "A. ..." (issue #19 item 3)
+
+
 def choices_block(choices: Sequence[str]) -> str:
-    return "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, choices))
+    """The quoted item's lettered choices as the reader-forecast prompts print them (Appendix H)."""
+    return "\n".join(CHOICE_LABEL.format(letter=letter, text=text) for letter, text in zip(LETTERS, choices))
 
 
 def forecast_prompt(note: str, question: str, choices: Sequence[str]) -> tuple[str, str, str]:
@@ -151,12 +155,24 @@ def ptrue_items(records: Sequence[Mapping[str, Any]], *, instruct: bool = True) 
     """P(True) items from QA records: each question with its accepted answer (target 1) and, when
     the record has one, its wrong answer (target 0). Options are ``True``/``False`` as the library
     reads them; the quoted instruction is the True/False question block (deleted by the
-    ``deleted_instruction`` variant, which is the "Deleted" readout's prompt). ``instruct=False``:
-    the raw prompt string is the context (lm-polygraph's non-instruct models), no chat template."""
+    ``deleted_instruction`` variant, an intervention of the audit). ``instruct=False``: the raw
+    prompt string is the context (lm-polygraph's non-instruct models), no chat template.
+
+    A record's ``instruction`` (the quoted item's own instruction: MMLU's letter instruction,
+    TriviaQA's "answer briefly" line) is read as ``readout ptrue`` reads it
+    (:attr:`sleight.readout.ptrue.answers.QAItem.prompt_without_instruction`): ``meta`` carries it
+    and ``deleted_question``, the question with it deleted, which the paper's Deleted readout quotes
+    (None where the record has none or its question does not contain it)."""
+    from sleight.readout.ptrue.answers import QAItem
+
     items: list[AuditItem] = []
     for k, rec in enumerate(records):
         if "id" not in rec or "question" not in rec or not rec.get("answers"):
             raise UserError(f"ptrue record {k + 1}: needs id, question and a non-empty answers list")
+        instruction = rec.get("instruction")
+        if instruction is not None and (not isinstance(instruction, str) or not instruction.strip()):
+            raise UserError(f"ptrue record {k + 1}: 'instruction' must be a non-empty string")
+        deleted = QAItem(str(rec["id"]), rec["question"], aliases=tuple(rec["answers"]), instruction=instruction).prompt_without_instruction
         pairs = [("true", rec["answers"][0], 1.0)]
         if rec.get("wrong"):
             pairs.append(("false", rec["wrong"], 0.0))
@@ -174,7 +190,7 @@ def ptrue_items(records: Sequence[Mapping[str, Any]], *, instruct: bool = True) 
                     letters=("A", "B"),
                     target=target,
                     chat_template=instruct,
-                    meta={"question_text": rec["question"], "answer": answer},
+                    meta={"question_text": rec["question"], "answer": answer, "instruction": instruction, "deleted_question": deleted},
                 )
             )
     return items

@@ -5,12 +5,13 @@ For each RACE-style item:
 1. **Note.** The model writes a note about the passage, greedily (``NOTE_MAX_NEW_TOKENS`` new
    tokens), and the note is cut to its first ``NOTE_WORDS`` = 32 whitespace-separated words. The
    writer is not shown the question: the note is a summary a reader will have to rely on.
-2. **Reader.** The same model reads only the note and the quoted item (question, lettered choices,
-   "Answer with exactly one of: A, B, C, D.") and picks the option with the highest full-sequence
-   log-probability, once with the option strings ``A``..``D`` (unspaced, the primary reader: the
-   rendered context ends in the template's ``assistant\\n``) and once with `` A``..`` D`` (spaced).
-   How often the two pick the same letter is reported. Correctness of the unspaced reader against
-   the gold letter is the target.
+2. **Reader.** The same model reads only the note and the quoted item (question, the choices
+   printed ``A: ...`` as in Appendix H, "Answer with exactly one of: A, B, C, D.") and picks the
+   option with the highest full-sequence log-probability, once with the option strings
+   `` A``..`` D`` (spaced) and once with ``A``..``D`` (unspaced), both read at one position (the
+   rendered context ends in the template's ``assistant\\n``). How often the two pick the same letter
+   is reported. Correctness of the *spaced* reader against the gold letter is the target, as Table 4
+   reads it (``reader="unspaced"``: the unspaced one, this pipeline's target before issue #19).
 3. **Forecast.** The study's forecast prompt (the note, "A future reader will be shown ONLY the note
    above...", the quoted item, "Out of 100 such readers, how many answer correctly? Reply with
    exactly one of: 10, 30, 50, 70, 90.") is read at the original position (after the generation
@@ -67,7 +68,9 @@ NOTE_PROMPT = (
 )
 SPACINGS = {"unspaced": tuple(LETTERS), "spaced": tuple(f" {x}" for x in LETTERS)}
 POSITIONS = ("original", "stem")
-CONTINUATION_TOKENS = 16
+READERS = ("spaced", "unspaced")  # whose correctness is the target; Table 4 reads the spaced letters
+DEFAULT_READER = "spaced"
+CONTINUATION_TOKENS = 48  # greedy tokens at each scored position: readout (f) decodes 48 (Appendix H)
 
 
 @dataclass(frozen=True)
@@ -187,12 +190,20 @@ def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
     )
 
 
-def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note]) -> list[dict[str, Any]]:
+def check_reader(reader: str) -> str:
+    if reader not in READERS:
+        raise UserError(f"unknown reader '{reader}' (choose from {', '.join(READERS)})")
+    return reader
+
+
+def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note], *, reader: str = DEFAULT_READER) -> list[dict[str, Any]]:
     """The note-only reader's choice per item, with spaced and unspaced option strings.
 
     Both option sets are read at the same rendered position, so one reading per item serves both
-    (:func:`sleight.position.read_positions`).
+    (:func:`sleight.position.read_positions`). ``correct`` is the target: the ``reader``'s
+    correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's.
     """
+    check_reader(reader)
     contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]).text for it, n in zip(items, notes)]
     sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
     readings = [
@@ -215,11 +226,16 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
                 "reader_mass_spaced": rs["option_mass"],
                 "reader_argmax_token": ru["argmax_token"],
                 "reader_argmax_class": ru["argmax_class"],
-                "correct": (choice == it.answer) if choice else None,
-                "correct_spaced": (choice_sp == it.answer) if choice_sp else None,
+                "correct": _correct(choice_sp if reader == "spaced" else choice, it.answer),
+                "correct_spaced": _correct(choice_sp, it.answer),
+                "reader_target": reader,
             }
         )
     return out
+
+
+def _correct(choice: str | None, gold: str) -> bool | None:
+    return (choice == gold) if choice else None
 
 
 def run_forecast(
@@ -232,15 +248,19 @@ def run_forecast(
     status: Callable[[str], None] | None = None,
     progress: Callable[[int], None] | None = None,
     clusters: Sequence[int] | None = None,
+    reader: str = DEFAULT_READER,
 ) -> list[dict[str, Any]]:
     """All model work: one row per (item, position) with the note, the reader and the readings.
 
     Notes are written once per distinct passage (items that share a passage share a note and a
     cluster). ``status`` is told which step runs; ``progress`` counts note tokens. ``clusters``:
     each item's passage cluster over the whole run, when ``items`` is one committed part of it.
+    ``reader``: whose correctness is the target (:data:`READERS`; spaced, as Table 4 reads it).
+    ``continuation_tokens``: the greedy continuation at each position (48, Appendix H's readout (f)).
     """
     if not items:
         raise UserError("no items to run")
+    check_reader(reader)
     say = status or (lambda _msg: None)
     passages = list(dict.fromkeys(it.passage for it in items))
     say(f"writing {len(passages)} notes")
@@ -248,9 +268,9 @@ def run_forecast(
     notes = [by_passage[it.passage] for it in items]
     codes = list(cluster_codes([it.passage for it in items])) if clusters is None else list(clusters)
     say("note-only reader")
-    reader = read_notes(model, items, notes)
+    picks = read_notes(model, items, notes, reader=reader)
     say("forecast at the original and stemmed positions")
-    f_items = [forecast_item(it, n.text, None if r["correct"] is None else float(r["correct"])) for it, n, r in zip(items, notes, reader)]
+    f_items = [forecast_item(it, n.text, None if r["correct"] is None else float(r["correct"])) for it, n, r in zip(items, notes, picks)]
     readings = measure(model, f_items, list(POSITIONS), max_new_tokens=continuation_tokens)
     rows = []
     for k, reading in enumerate(readings):
@@ -267,7 +287,7 @@ def run_forecast(
             "note_truncated": note.raw_words > max_words,
             "note_tokens": note.n_tokens,
             "note_finish": note.finish_reason,
-            **reader[i],
+            **picks[i],
         }
         row.update({key: val for key, val in reading.items() if key not in ("item_id", "variant")})
         row["option_probs"] = _renormalised(reading.get("option_logprobs"))
@@ -303,8 +323,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
     clusters = np.asarray([orig[i]["cluster"] for i in usable])
     scores = {p: np.asarray([by_pos[p][i]["score"] for i in usable], dtype=np.float64) for p in POSITIONS}
     agree = [r["reader_agree"] for r in orig if r["reader_agree"] is not None]
-    correct = [r["correct"] for r in orig if r["correct"] is not None]
+    target = (orig[0].get("reader_target") if orig else None) or "unspaced"  # readings from before issue #19 have no column: unspaced
+    correct = [r["reader_choice"] == r["gold"] for r in orig if r["reader_choice"] is not None]
     correct_sp = [r["correct_spaced"] for r in orig if r["correct_spaced"] is not None]
+    correct_target = [r["correct"] for r in orig if r["correct"] is not None]
     out: dict[str, Any] = {
         "n_items": len(orig),
         "n_scored": len(usable),
@@ -318,6 +340,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
             "mean_raw_words": float(np.mean([r["note_raw_words"] for r in orig])) if orig else math.nan,
         },
         "reader": {
+            "target": target,
+            "accuracy_target": float(np.mean(correct_target)) if correct_target else math.nan,
             "accuracy": float(np.mean(correct)) if correct else math.nan,
             "accuracy_spaced": float(np.mean(correct_sp)) if correct_sp else math.nan,
             "spaced_unspaced_agreement": float(np.mean(agree)) if agree else math.nan,

@@ -1,4 +1,4 @@
-"""The reader forecast read six ways, every pair compared on the same bootstrap replicates.
+"""The reader forecast read eight ways, every pair compared on the same bootstrap replicates.
 
 Beside the study's original and stemmed positions (:mod:`.forecast_pipeline`), the same forecast is
 read
@@ -9,11 +9,15 @@ read
   one is project-written, ``--template FILE`` takes the user's), at its generation prompt;
 * (e) ``alt_stem`` -- the same with the template's own answer stem prefilled;
 * (f) ``continuation`` -- the number parsed from the model's greedy continuation at the original
-  position: the first grid value written, 0.5 when there is none
-  (:func:`~sleight.readout.scan.text_parsers.continuation_forecast`).
+  position (48 tokens, Appendix H: :data:`~sleight.readout.forecast.pipeline.CONTINUATION_TOKENS`):
+  the first grid value written, 0.5 when there is none
+  (:func:`~sleight.readout.scan.text_parsers.continuation_forecast`);
+* (g) ``stem_number`` and (h) ``stem_forecast`` -- Appendix H's short stems, ``"Number: "`` and
+  ``"Forecast: "``, each appended as text after the forecast prompt's generation prompt (the
+  rendering rule of the stem position).
 
-(a)-(e) are renormalised over the declared grid, ``Σ (int(o)/100)·p_o``. Every readout is scored
-on the items where all six are defined, so each pair's paired interval (and every single
+(a)-(e), (g) and (h) are renormalised over the declared grid, ``Σ (int(o)/100)·p_o``. Every readout
+is scored on the items where all of them are defined, so each pair's paired interval (and every single
 interval) uses the same replicates: one cluster bootstrap over passages, one seed.
 """
 
@@ -31,7 +35,7 @@ from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
 from sleight.position import read_positions
 from sleight.readout.audit.presets import FORECAST_OPTIONS
-from sleight.readout.audit.variants import Skipped, make_variant, render
+from sleight.readout.audit.variants import Skipped, VariantSpec, make_variant, render
 from sleight.readout.forecast.pipeline import RaceItem, forecast_item, quoted_item
 from sleight.readout.scan.run import expected_score
 from sleight.readout.scan.text_parsers import continuation_forecast
@@ -44,7 +48,10 @@ READOUTS: dict[str, str] = {
     "alt": "(d) alternative template",
     "alt_stem": "(e) alternative template, its own stem",
     "continuation": "(f) number in the greedy continuation",
+    "stem_number": '(g) short stem "Number: "',
+    "stem_forecast": '(h) short stem "Forecast: "',
 }
+SHORT_STEMS: dict[str, str] = {"stem_number": "Number: ", "stem_forecast": "Forecast: "}  # Appendix H
 ALT_TEMPLATE = "forecast_alt.txt"
 ALT_STEM = "My guess: about "
 PLACEHOLDERS = ("{note}", "{item}")
@@ -82,7 +89,7 @@ def extra_readouts(
     template: str | None = None,
     stem: str = ALT_STEM,
 ) -> list[dict[str, Any]]:
-    """One record per item: its target, cluster and the six readouts (None where undefined).
+    """One record per item: its target, cluster and every readout of :data:`READOUTS` (None where undefined).
 
     ``rows`` are :func:`~sleight.readout.forecast.pipeline.run_forecast`'s (its notes, reader
     correctness, original/stem scores and the greedy continuation at the original position).
@@ -91,16 +98,21 @@ def extra_readouts(
     by = {(r["item_id"], r["position"]): r for r in rows}
     deleted_ctx: list[str | None] = []
     alt_ctx, alt_stem_ctx = [], []
+    short_ctx: dict[str, list[str | None]] = {k: [] for k in SHORT_STEMS}
     for it in items:
         orig = by[(it.id, "original")]
-        spec = make_variant(forecast_item(it, orig["note"], None), "deleted_instruction")
+        f_item = forecast_item(it, orig["note"], None)
+        spec = make_variant(f_item, "deleted_instruction")
         deleted_ctx.append(None if isinstance(spec, Skipped) else render(model, spec))
         msgs = [{"role": "user", "content": alt_prompt(tpl, orig["note"], it)}]
         alt_ctx.append(model.render_chat(msgs).text)
         alt_stem_ctx.append(model.render_chat(msgs, prefill=stem).text)
+        for key, short in SHORT_STEMS.items():
+            short_ctx[key].append(render(model, VariantSpec("stem", tuple(f_item.messages), prefill=short, chat_template=f_item.chat_template)))
     deleted, alt, alt_stem = _scores(model, deleted_ctx), _scores(model, alt_ctx), _scores(model, alt_stem_ctx)
+    short_scores = {k: _scores(model, v) for k, v in short_ctx.items()}
     out = []
-    for k, it in enumerate(items):
+    for k_item, it in enumerate(items):
         orig, st = by[(it.id, "original")], by[(it.id, "stem")]
         out.append(
             {
@@ -109,11 +121,12 @@ def extra_readouts(
                 "correct": orig["correct"],
                 "original": orig["score"],
                 "stem": st["score"],
-                "deleted": deleted[k],
-                "alt": alt[k],
-                "alt_stem": alt_stem[k],
+                "deleted": deleted[k_item],
+                "alt": alt[k_item],
+                "alt_stem": alt_stem[k_item],
                 "continuation": continuation_forecast(orig.get("continuation") or "", FORECAST_OPTIONS),
                 "continuation_text": orig.get("continuation"),
+                **{k: v[k_item] for k, v in short_scores.items()},
             }
         )
     return out
@@ -139,9 +152,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     f = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
     ci = lambda m: "–" if not m else f"{f(m.get('estimate'))} [{f(m.get('low'))}, {f(m.get('high'))}]"  # noqa: E731
     lines = [
-        "# The reader forecast, six readouts",
+        f"# The reader forecast, {len(READOUTS)} readouts",
         "",
-        f"{summary['n_scored']} of {summary['n_items']} items scored (all six defined); 95% cluster bootstrap over passages, B={summary['B']}, the same replicates for every interval.",
+        f"{summary['n_scored']} of {summary['n_items']} items scored (all {len(READOUTS)} defined); 95% cluster bootstrap over passages, B={summary['B']}, the same replicates for every interval.",
         "",
         "| readout | mean forecast | AUROC | Brier |",
         "|---|---|---|---|",
