@@ -140,3 +140,114 @@ def test_sampled_answers_are_seeded_and_top1_is_greedy(model):
     assert all(x.n_tokens >= 2 for x in a)  # min_new_tokens=2: no end of sequence in the first two steps
     top1 = sampled_answers(model, items, 6, Sampling(top_k=1, min_new_tokens=0))
     assert [x.text for x in top1] == [x.text for x in greedy_answers(model, items, 6)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the seeded printed answer on every path; the audit's Deleted reads the instruction; --decode
+# ---------------------------------------------------------------------------------------------
+
+
+def _lettered(k: int, gold: str = "A", **extra) -> dict:
+    return {"id": f"q{k}", "question": f"Question {k}?", "choices": ["w", "x", "y", "z"], "answer": gold, **extra}
+
+
+def test_lettered_records_print_the_seeded_wrong_answer():
+    """Paper: the seeded non-gold printed answer (issue #19 item 3) on the data layer's path too:
+    ``lettered_ptrue_records`` (``readout audit --preset ptrue`` on lettered data) prints the wrong
+    answer :func:`printed_wrong_letter` draws, the one ``readout ptrue --answers constructed`` prints."""
+    from sleight.readout.data.common import lettered_ptrue_records
+
+    recs = [_lettered(k) for k in range(40)]
+    out = lettered_ptrue_records(recs)
+    items = [qa_item_from_record(r, "t") for r in recs]
+    wrong = [p["answer"] for p in pp.constructed_pairs(items) if p["answer_source"] == "wrong"]
+    assert [o["wrong"] for o in out] == wrong
+    assert [o["wrong"][0] for o in out] == [pp.printed_wrong_letter(f"q{k}", "A") for k in range(40)]
+    assert {o["wrong"][0] for o in out} == {"B", "C", "D"}  # not the first non-gold choice every time
+    assert all(o["wrong"] == f"{o['wrong'][0]}. {'wxyz'['ABCD'.index(o['wrong'][0])]}" for o in out)
+    assert [o["answers"] for o in out[:2]] == [["A. w"], ["A. w"]] and out[0]["question"] == items[0].prompt
+    # the quoted item's instruction travels with the record (what the paper's Deleted deletes)
+    assert out[0]["instruction"] == LETTERED_INSTRUCTION
+    (own,) = lettered_ptrue_records([_lettered(0, input="Pick one.\n\nQuestion 0?", instruction="Pick one.")])
+    assert own["instruction"] == "Pick one." and own["question"] == "Pick one.\n\nQuestion 0?"
+
+
+def test_audit_ptrue_preset_reads_the_records_instruction():
+    """Paper: Deleted deletes the quoted item's own instruction (issue #19 item 3): the audit's
+    P(True) preset reads a record's ``instruction`` as ``readout ptrue`` does, and its items carry
+    the question with it deleted, the text the Deleted readout quotes (the same as
+    :func:`constructed_pairs`'s ``deleted_question``)."""
+    from sleight.errors import UserError
+    from sleight.readout.audit.presets import ptrue_items
+    from sleight.readout.data.common import lettered_ptrue_records
+
+    rec = {"id": "t1", "question": "Answer as briefly as possible.\n\nQuestion: Who wrote Hamlet?\nAnswer: ", "answers": ["Shakespeare"],
+           "wrong": "Marlowe", "instruction": "Answer as briefly as possible."}
+    items = ptrue_items([rec])
+    want = qa_item_from_record(rec, "t").prompt_without_instruction
+    assert want == "Question: Who wrote Hamlet?\nAnswer: "
+    assert [i.meta["deleted_question"] for i in items] == [want, want]
+    assert [p["deleted_question"] for p in pp.constructed_pairs([qa_item_from_record(rec, "t")])] == [want, want]
+    assert items[0].meta["instruction"] == "Answer as briefly as possible." and items[0].meta["question_text"] == rec["question"]
+    bare = ptrue_items([{k: v for k, v in rec.items() if k != "instruction"}])
+    assert bare[0].meta["deleted_question"] is None  # no instruction: Deleted has no reading, as in readout ptrue
+    lettered = _lettered(3)
+    (item, _wrong) = ptrue_items(lettered_ptrue_records([lettered]))
+    assert item.meta["deleted_question"] == qa_item_from_record(lettered, "t").prompt_without_instruction
+    assert LETTERED_INSTRUCTION not in item.meta["deleted_question"] and "Question 3?" in item.meta["deleted_question"]
+    with pytest.raises(UserError, match="'instruction' must be a non-empty string"):
+        ptrue_items([{**rec, "instruction": " "}])
+
+
+def test_decode_flag_reaches_the_sampling_setting():
+    """Paper: sampled answers as the library samples them, greedy kept (issue #19 item 3), from the
+    command line: ``readout ptrue --decode sampled`` (with ``--temperature``, ``--top-k``, ``--top-p``,
+    ``--sample-seed``) is the :class:`Sampling` the pipeline runs, recorded in the run's config; a
+    greedy run records none of it (runs from before resume), and sampling flags without
+    ``--decode sampled`` are refused in one line."""
+    from sleight.cli.main import build_parser
+    from sleight.cli.readout_downstream import _config
+    from sleight.errors import UserError
+    from sleight.readout.downstream_run import PTrueConfig
+
+    parser = build_parser()
+    args = parser.parse_args(["readout", "ptrue", "--decode", "sampled", "--top-k", "20", "--sample-seed", "7"])
+    config = _config("ptrue", args)
+    config.check()
+    assert config.sampling() == Sampling(top_k=20, seed=7)
+    rec = config.record("items.jsonl", [])
+    assert {k: rec[k] for k in ("decode", "temperature", "top_k", "top_p", "sample_seed")} == {
+        "decode": "sampled", "temperature": 1.0, "top_k": 20, "top_p": 1.0, "sample_seed": 7}
+    assert "--decode sampled" in config.command("out", "items.jsonl") and "--sample-seed 7" in config.command("out", "items.jsonl")
+    greedy = _config("ptrue", parser.parse_args(["readout", "ptrue"]))
+    assert greedy == PTrueConfig() and greedy.sampling() is None
+    assert not {"decode", "temperature", "top_k", "top_p", "sample_seed"} & set(greedy.record("items.jsonl", []))
+    with pytest.raises(UserError, match="--top-k only apply with --decode sampled"):
+        _config("ptrue", parser.parse_args(["readout", "ptrue", "--top-k", "5"])).check()
+    with pytest.raises(UserError, match="sampling top-p must be in"):
+        PTrueConfig(decode="sampled", top_p=0.0).check()
+
+
+@pytest.mark.slow
+def test_sampled_run_from_the_command_line(model, tmp_path, capsys):
+    """Paper: sampled answers (issue #19 item 3): ``readout ptrue --decode sampled`` writes the
+    answers :func:`sampled_answers` draws with the library's settings, and a resume with another
+    decode or seed is refused in one line, like any other config key."""
+    import pyarrow.parquet as pq
+
+    from sleight.cli.main import main
+    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
+
+    out = tmp_path / "run"
+    argv = ["readout", "ptrue", "--limit", "1", "--answers", "own", "--max-new-tokens", "5", "--continuation-tokens", "1",
+            "--B", "20", "--out", str(out), "--no-progress"]
+    assert main([*argv, "--decode", "sampled"]) == 0
+    rows = pq.read_table(out / "readings.parquet").to_pylist()
+    (want,) = sampled_answers(model, load_qa_items(DEFAULT_ITEMS, limit=1), 5, Sampling())
+    assert {r["answer"] for r in rows} == {want.text} and {r["answer_tokens"] for r in rows} == {want.n_tokens}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "different config" in err and "decode: 'sampled' there" in err
+    assert main([*argv, "--decode", "sampled", "--sample-seed", "2"]) == 2
+    assert "sample_seed: 1 there, 2 here" in capsys.readouterr().err

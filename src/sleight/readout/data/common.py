@@ -350,18 +350,24 @@ class DataSet:
 
 
 def lettered_ptrue_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Lettered records (``id, question, choices[4], answer`` letter, optional ``passage``/``input``)
-    as P(True) preset records (``id, question, answers, wrong``): the question quoted is the text the
-    model answers (:attr:`sleight.readout.ptrue.answers.QAItem.prompt`), the accepted answer
-    ``"B. <choice>"`` and the wrong one the first non-gold choice, as
-    :func:`sleight.readout.ptrue.pipeline.constructed_pairs` pairs them, so ``readout audit --preset
-    ptrue`` and ``readout ptrue --answers constructed`` quote the same pairs."""
+    """Lettered records (``id, question, choices[4], answer`` letter, optional ``passage``/``input``/
+    ``instruction``) as P(True) preset records (``id, question, answers, wrong, instruction``): the
+    question quoted is the text the model answers (:attr:`sleight.readout.ptrue.answers.QAItem.prompt`),
+    the accepted answer ``"B. <choice>"``, the wrong one the seeded non-gold choice
+    (:func:`sleight.readout.ptrue.pipeline.printed_wrong_letter`, the draw
+    :func:`~sleight.readout.ptrue.pipeline.constructed_pairs` prints), and the quoted item's
+    instruction (what the paper's Deleted readout deletes), so ``readout audit --preset ptrue`` and
+    ``readout ptrue --answers constructed`` quote the same pairs."""
     from sleight.readout.ptrue.answers import LETTERS, qa_item_from_record
+    from sleight.readout.ptrue.pipeline import printed_wrong_letter
 
     out = []
     for k, rec in enumerate(records):
         item = qa_item_from_record(rec, f"record {k + 1}")
         assert item.choices is not None and item.gold_letter is not None
-        wrong = next(x for x in LETTERS if x != item.gold_letter)
-        out.append({"id": item.id, "question": item.prompt, "answers": [item.gold_text], "wrong": f"{wrong}. {item.choices[LETTERS.index(wrong)]}"})
+        wrong = printed_wrong_letter(item.id, item.gold_letter)
+        pair = {"id": item.id, "question": item.prompt, "answers": [item.gold_text], "wrong": f"{wrong}. {item.choices[LETTERS.index(wrong)]}"}
+        if item.instruction_text is not None:
+            pair["instruction"] = item.instruction_text
+        out.append(pair)
     return out
