@@ -84,6 +84,21 @@ def test_a_damaged_part_is_one_line_and_set_aside_on_repair(tmp_path):
     assert len(labels.load_labels(tmp_path)) == 13
 
 
+def test_the_sample_is_stratified_by_variant_group_and_jury_class_and_seeded():
+    keys = [(f"i{n}", SUB) for n in range(6)] + [(f"i{n}", DEL) for n in range(3)] + [("i0", ORIG)]
+    targets = pd.DataFrame([{"item_id": i, "variant": v} for i, v in keys])
+    jury = ["instruction"] * 4 + ["item"] * 2 + [None] * 3
+    verdicts = pd.DataFrame([{"item_id": i, "variant": v, "jury_class": c} for (i, v), c in zip(keys, jury)])
+    one_each = labels.draw_labels_sample(targets, verdicts, 4, 3)
+    assert sorted(one_each["stratum"]) == ["deleted jury=none", "other", "substituted jury=instruction", "substituted jury=item"]
+    seven = labels.draw_labels_sample(targets, verdicts, 7, 3)  # one each, then by largest remainder: 7·4/10, 7·3/10, ...
+    assert seven["stratum"].value_counts().to_dict() == {"substituted jury=instruction": 3, "deleted jury=none": 2, "substituted jury=item": 1, "other": 1}
+    assert seven.equals(labels.draw_labels_sample(targets, verdicts, 7, 3))  # the seed fixes the sample
+    assert set(labels.draw_labels_sample(targets, None, 3, 0)["stratum"]) == {"substituted", "deleted", "other"}  # not judged
+    with pytest.raises(UserError, match="at least 1"):
+        labels.draw_labels_sample(targets, verdicts, 0, 0)
+
+
 def _row(table, variants, rater):
     hit = table[(table["variants"] == variants) & (table["rater"] == rater)]
     assert len(hit) == 1, (variants, rater)

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", type=Path, metavar="AUDIT_DIR", help="a directory written by 'sleight readout audit'")
     p.add_argument("--labeller", metavar="NAME", help="fill in the page's name field (each person labels under their own name)")
     p.add_argument("--variants", metavar="LIST", help="comma-separated variants to label ('judged': the readout judge's); default: every measured one")
+    p.add_argument("--sample", type=int, metavar="N", help="draw N continuations for people to label, stratified by variant group and the jury's class, into AUDIT/labels_sample.json")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed of --sample (default: 0; the same seed draws the same sample)")
+    p.add_argument("--all", action="store_true", help="offer every continuation, even when a sample was drawn")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     p.add_argument("--no-serve", action="store_true", help="write the page (and do --import/--export) without serving it")
@@ -64,6 +67,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
     targets = labels.targets(args.run, variants)
     offered = labels.offered_of(labels.targets(args.run) if variants else targets)
+    votes, verdicts, jury = labels.judge_tables(args.run)
     labels.load_labels(args.run, repair=True)
     labels.compact_labels(args.run)
     for path in args.imports:
@@ -73,7 +77,19 @@ def cmd_labels(args: argparse.Namespace) -> int:
         stored = labels.load_labels(args.run)
         rundir.write_json(args.export, labels.export_obj(stored, args.run.name))
         print(f"wrote {len(stored)} label(s) to {args.export}")
-    votes, verdicts, jury = labels.judge_tables(args.run)
+    if args.sample is not None:
+        sample = labels.draw_labels_sample(targets, verdicts, args.sample, args.seed)
+        path = labels.write_labels_sample(args.run, sample, seed=args.seed, requested=args.sample)
+        print(f"drew {len(sample)} of {len(targets)} continuations, seed {args.seed}, into {path}")
+        for name, n in sample["stratum"].value_counts().sort_index().items():
+            print(f"  {n:>3}  {name}")
+    drawn = set(labels.load_labels_sample(args.run))
+    if drawn and not args.all:
+        keep = [(str(i), str(v)) in drawn for i, v in zip(targets["item_id"], targets["variant"])]
+        targets = targets[keep].reset_index(drop=True)
+        if not len(targets):
+            raise UserError(f"none of the continuations drawn into {args.run / labels.SAMPLE_FILE} is among those asked for; --all offers every one")
+        print(f"offering the {len(targets)} drawn continuation(s) of {args.run / labels.SAMPLE_FILE} (--all: every one)")
     page = labels_page.write_page(args.run, labels_page.page_data(targets, votes, verdicts, jury, args.run.name))
     print(f"{len(targets)} continuation(s) to label; page: {page}")
     if args.no_serve or args.export or args.imports:

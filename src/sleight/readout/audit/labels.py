@@ -8,6 +8,9 @@ committed at once to ``AUDIT/human_labels.parquet/`` through the jury's keyed st
 (:mod:`sleight.jury.store`: one atomic Parquet part per save, the newest row per key wins), keyed by
 (item_id, variant, labeller). A killed server loses nothing saved; a page opened again resumes with
 the labeller's stored labels; several labellers label side by side under their own names.
+``--sample N`` draws a seeded sample stratified by variant group and the jury's class
+(:func:`draw_labels_sample`, :mod:`sleight.jury.sample` as ``tamper gold`` draws) into
+``AUDIT/labels_sample.json``.
 
 Agreement (:func:`agreement_table`, pure): Fleiss' κ between the people over the continuations every
 labeller labelled, Cohen's κ for every pair of people, and Cohen's κ of each juror, of the jury's
@@ -33,11 +36,14 @@ import pyarrow as pa
 from sleight import rundir
 from sleight.errors import UserError
 from sleight.jury import store
+from sleight.jury.sample import draw
 from sleight.jury.verdict import agreement, majority
 from sleight.readout.audit import judge
 from sleight.stats import fleiss_kappa
 
 LABELS_DIR = "human_labels.parquet"
+SAMPLE_FILE = "labels_sample.json"
+SAMPLE_FORMAT = "sleight-readout-labels-sample"
 AGREEMENT_MD = "human_agreement.md"
 AGREEMENT_CSV = "human_agreement.csv"
 EXPORT_FORMAT = "sleight-readout-labels"
@@ -100,6 +106,50 @@ def targets(out_dir: Path, variants: Sequence[str] | None = None) -> pd.DataFram
     df = df.drop(columns=["skipped"]).reset_index(drop=True)
     df["class_options"] = [class_options(str(v)) for v in df["variant"]]
     return df
+
+
+def stratum_of(variant: str, jury_class: Any, judged: bool) -> str:
+    """A continuation's stratum: its variant group, and for the judge's variants of a judged audit
+    the jury's majority class (``none`` without one)."""
+    group = group_of(variant)
+    if not judged or group == "other":
+        return group
+    return f"{group} jury={'none' if jury_class is None or pd.isna(jury_class) else jury_class}"
+
+
+def draw_labels_sample(targets_df: pd.DataFrame, verdicts: pd.DataFrame | None, n: int, seed: int) -> pd.DataFrame:
+    """``n`` continuations stratified by :func:`stratum_of` (seeded; every stratum gets one while
+    ``n`` allows, the rest in proportion): item_id, variant, stratum."""
+    if n < 1:
+        raise UserError(f"--sample must be at least 1 (got {n})")
+    df = targets_df[["item_id", "variant"]].copy()
+    jury: dict[tuple[str, str], Any] = {}
+    if verdicts is not None:
+        jury = {(str(r["item_id"]), str(r["variant"])): r["jury_class"] for r in verdicts.to_dict("records")}
+    df["stratum"] = [stratum_of(str(v), jury.get((str(i), str(v))), verdicts is not None) for i, v in zip(df["item_id"], df["variant"])]
+    return draw(df, n, seed)
+
+
+def write_labels_sample(out_dir: Path, sample: pd.DataFrame, *, seed: int, requested: int) -> Path:
+    obj = {
+        "format": SAMPLE_FORMAT,
+        "version": EXPORT_VERSION,
+        "seed": seed,
+        "requested": requested,
+        "strata": {str(k): int(v) for k, v in sample["stratum"].value_counts().sort_index().items()},
+        "continuations": sample[["item_id", "variant", "stratum"]].to_dict("records"),
+        "drawn_at": rundir.now(),
+    }
+    return rundir.write_json(Path(out_dir) / SAMPLE_FILE, obj)
+
+
+def load_labels_sample(out_dir: Path) -> list[tuple[str, str]]:
+    """The drawn continuations of an audit, ``[]`` when none were drawn."""
+    path = Path(out_dir) / SAMPLE_FILE
+    if not path.is_file():
+        return []
+    obj = rundir.read_json(path, f"draw it again with 'sleight readout labels {out_dir} --sample N'")
+    return [(str(c["item_id"]), str(c["variant"])) for c in obj.get("continuations", [])]
 
 
 # -- storage -------------------------------------------------------------------------------------------

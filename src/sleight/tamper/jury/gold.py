@@ -21,6 +21,8 @@ import pandas as pd
 
 from sleight import rundir
 from sleight.errors import UserError
+from sleight.jury.sample import allocate as allocate  # re-exported: the gold sample's allocation
+from sleight.jury.sample import draw
 from sleight.jury.verdict import agreement
 from sleight.tamper.jury.prompt import LABELS
 
@@ -37,42 +39,13 @@ def stratum(row: Mapping[Any, Any]) -> str:
     return " ".join(f"{label}={one(row.get(label))}" for label in LABELS)
 
 
-def allocate(sizes: Mapping[str, int], n: int) -> dict[str, int]:
-    """How many of ``n`` to draw from each stratum: proportional to its size, largest remainders
-    first, at least one from every stratum while ``n`` allows it, never more than a stratum holds."""
-    total = sum(sizes.values())
-    n = min(n, total)
-    if n <= 0:
-        return {k: 0 for k in sizes}
-    keys = sorted(sizes)
-    take = {k: 0 for k in keys}
-    if n >= len([k for k in keys if sizes[k]]):
-        for k in keys:
-            take[k] = 1 if sizes[k] else 0
-    left = n - sum(take.values())
-    while left > 0:
-        quota = {k: n * sizes[k] / total - take[k] for k in keys if take[k] < sizes[k]}
-        k = max(sorted(quota), key=lambda s: quota[s])
-        take[k] += 1
-        left -= 1
-    return take
-
-
 def draw_sample(verdicts: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
     """``n`` trials stratified by the jury's labels (seeded; the same inputs give the same sample)."""
     if n < 1:
         raise UserError(f"--sample must be at least 1 (got {n})")
     df = verdicts.reset_index(drop=True).copy()
     df["stratum"] = [stratum(r) for r in df.to_dict("records")]
-    sizes = {str(k): int(v) for k, v in df["stratum"].value_counts().items()}
-    take = allocate(sizes, n)
-    rng = np.random.default_rng(seed)
-    picked: list[int] = []
-    for name in sorted(take):
-        members = df.index[df["stratum"] == name].to_numpy()
-        if take[name]:
-            picked += sorted(int(i) for i in rng.choice(members, size=take[name], replace=False))
-    return df.loc[sorted(picked), ["question_id", "substitute", "stratum"]].reset_index(drop=True)
+    return draw(df, n, seed)[["question_id", "substitute", "stratum"]]
 
 
 def write_sample(run_dir: Path, sample: pd.DataFrame, *, seed: int, n_requested: int, model: str) -> Path:
