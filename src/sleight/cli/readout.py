@@ -11,6 +11,7 @@ from sleight.cli import (
     readout_forecast_readouts,
     readout_judge,
     readout_labels,
+    readout_reproduce,
     readout_scan,
 )
 
@@ -29,3 +30,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     readout_scan.register(rs)
     readout_estimators.register(rs)
     readout_forecast_readouts.register(rs)
+    readout_reproduce.register(rs)

@@ -1,0 +1,264 @@
+"""A table's numbers from the per-checkpoint readings: pure functions, no model, no I/O.
+
+Every bootstrapped cell of a table is computed on **shared replicates**: for each run (one data set),
+the units the bootstrap resamples (forecast: passages; P(True), audit: questions) are pooled over the
+checkpoints, and one seeded draw of ``B`` replicates over those units is applied to every
+checkpoint and every column. A checkpoint's cell is its statistic on the data (the estimate) and on
+each replicate (a percentile interval); an average over checkpoints is the mean of their estimates,
+and its interval the percentiles of the per-replicate means, so the interval of the average carries
+the correlation the checkpoints share through their common items (averaging separate intervals
+would not). A paired difference (``minus``) is taken replicate by replicate, on the items both
+selections score. Descriptive statistics (``stat``: median, mean, share, count) have no interval;
+their average is the mean over checkpoints.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sleight.readout.reproduce.config import PAIR, TARGET, UNIT, Average, Checkpoint, Column, TableConfig
+from sleight.stats import auroc, brier, mean, prr, resample
+from sleight.stats.downstream import leave_one_out
+
+_CHUNK = 512  # replicates per statistic call (bounds the (b, n) weight matrix)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One number of the table: the estimate (NaN: undefined), its interval (NaN: none), the rows
+    it rests on, and its bootstrap replicates (``None`` for a descriptive statistic)."""
+
+    estimate: float
+    low: float = math.nan
+    high: float = math.nan
+    n: int | None = None
+    n_invalid: int | None = None
+    replicates: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        def f(x: float) -> float | None:
+            return None if x is None or not math.isfinite(x) else float(x)
+
+        return {"estimate": f(self.estimate), "low": f(self.low), "high": f(self.high), "n": self.n, "n_invalid": self.n_invalid}
+
+
+@dataclass(frozen=True)
+class TableRow:
+    name: str
+    label: str
+    kind: str  # checkpoint | average
+    members: tuple[str, ...]
+    cells: Mapping[str, Cell]
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """A table ready for the writers: its columns, rows (checkpoints, then averages) and the
+    paper's numbers by (row name, column key)."""
+
+    name: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[TableRow, ...]
+    paper: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    digits: int = 3
+    level: float = 0.95
+    B: int = 0
+    seed: int = 0
+    notes: tuple[str, ...] = ()
+    leave_one_out: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def _batched(metric: str) -> Callable[..., Any]:
+    """The bootstrapped statistic of (score, target[, weights])."""
+    if metric == "mean":
+        return lambda s, _y, weights=None: mean(s, weights)
+    table: dict[str, Callable[..., Any]] = {"auroc": auroc, "brier": brier, "prr": prr, "prr_0.5": functools.partial(prr, max_rejection=0.5)}
+    return table[metric]
+
+
+def select(rows: Sequence[Mapping[str, Any]], where: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The rows whose columns equal every value of ``where``."""
+    return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+
+
+def _number(x: Any) -> float:
+    if x is None:
+        return math.nan
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def unit_index(rows_by_checkpoint: Mapping[str, Sequence[Mapping[str, Any]]], unit: str) -> dict[str, int]:
+    """The bootstrap units of one run pooled over checkpoints, in order of first appearance."""
+    index: dict[str, int] = {}
+    for rows in rows_by_checkpoint.values():
+        for r in rows:
+            index.setdefault(str(r[unit]), len(index))
+    return index
+
+
+def shared_counts(n_units: int, B: int, seed: int) -> NDArray[np.int64]:
+    """``(B, n_units)``: how many times each unit is drawn in each replicate; the same for every
+    checkpoint and column that resamples these units (``sleight.stats.resample``'s draws)."""
+    if n_units == 0:
+        return np.zeros((B, 0), dtype=np.int64)
+    return resample(n_units, B, seed).counts
+
+
+def _interval(estimate: float, reps: NDArray[np.float64], level: float, n: int | None) -> Cell:
+    valid = reps[np.isfinite(reps)]
+    low = high = math.nan
+    if math.isfinite(estimate) and valid.size:
+        alpha = (1.0 - level) / 2.0
+        low, high = (float(x) for x in np.quantile(valid, [alpha, 1.0 - alpha]))
+    return Cell(float(estimate), low, high, n, int(reps.size - valid.size), reps)
+
+
+def _arrays(
+    rows: Sequence[Mapping[str, Any]], column: Column, kind: str, units: Mapping[str, int], where: Mapping[str, Any]
+) -> tuple[list[tuple], NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]:
+    target = column.target or TARGET[kind]
+    out: list[tuple] = []
+    keys: list[tuple] = []
+    for r in select(rows, where):
+        s = _number(r.get(column.score))
+        y = 0.0 if column.metric == "mean" else _number(r.get(target))
+        if math.isfinite(s) and math.isfinite(y):
+            out.append((s, y, units[str(r[UNIT[kind]])]))
+            keys.append(tuple(r.get(c) for c in PAIR[kind] if c not in (column.minus or {})))
+    arr = np.asarray(out, dtype=np.float64).reshape(-1, 3)
+    return keys, arr[:, 0], arr[:, 1], arr[:, 2].astype(np.intp)
+
+
+def metric_cell(
+    rows: Sequence[Mapping[str, Any]], column: Column, kind: str, units: Mapping[str, int], counts: NDArray[np.int64], level: float = 0.95
+) -> Cell:
+    """A bootstrapped cell of one checkpoint: ``column.metric`` of its selected rows (or the paired
+    difference against the ``minus`` rows), on the replicates ``counts`` (units x replicates shared
+    with every other checkpoint)."""
+    assert column.metric is not None
+    fn = _batched(column.metric)
+    keys_a, s_a, y_a, u_a = _arrays(rows, column, kind, units, column.where)
+    if column.minus is None:
+        s, y, u = s_a, y_a, u_a
+        s_b = None
+    else:
+        keys_b, s_bb, _y_b, _u_b = _arrays(rows, column, kind, units, {**column.where, **column.minus})
+        at = {k: i for i, k in enumerate(keys_b)}
+        both = [(i, at[k]) for i, k in enumerate(keys_a) if k in at]
+        ia = np.asarray([i for i, _ in both], dtype=np.intp)
+        ib = np.asarray([j for _, j in both], dtype=np.intp)
+        s, y, u, s_b = s_a[ia], y_a[ia], u_a[ia], s_bb[ib]
+    n = int(s.size)
+    B = counts.shape[0]
+    if n == 0:
+        return Cell(math.nan, n=0, n_invalid=B, replicates=np.full(B, math.nan))
+
+    def stat(x: NDArray[np.float64], weights: NDArray[Any] | None = None) -> Any:
+        return fn(x, y, weights=weights) if weights is not None else fn(x, y)
+
+    estimate = float(stat(s)) - (float(stat(s_b)) if s_b is not None else 0.0)
+    if not math.isfinite(estimate):
+        return Cell(math.nan, n=n, n_invalid=B, replicates=np.full(B, math.nan))
+    reps = np.empty(B)
+    for start in range(0, B, _CHUNK):
+        w = counts[start : start + _CHUNK][:, u]
+        r = np.asarray(stat(s, w), dtype=np.float64)
+        if s_b is not None:
+            r = r - np.asarray(stat(s_b, w), dtype=np.float64)
+        reps[start : start + w.shape[0]] = r
+    return _interval(estimate, reps, level, n)
+
+
+def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
+    """A descriptive cell of one checkpoint: median / mean of a column over the selected rows (None
+    and NaN left out), the share of rows whose column equals ``equals``, or the number of rows."""
+    chosen = select(rows, column.where)
+    if column.stat == "count":
+        return Cell(float(len(chosen)), n=len(chosen))
+    values = [r.get(column.column or "") for r in chosen]
+    if column.stat == "share":
+        n = len(values)
+        return Cell(sum(v == column.equals for v in values) / n if n else math.nan, n=n)
+    nums = np.asarray([x for x in (_number(v) for v in values) if math.isfinite(x)], dtype=np.float64)
+    if not nums.size:
+        return Cell(math.nan, n=0)
+    return Cell(float(np.median(nums) if column.stat == "median" else nums.mean()), n=int(nums.size))
+
+
+def average_cell(cells: Sequence[Cell], level: float = 0.95) -> Cell:
+    """The mean over checkpoints; with replicates (all on the same draws), the interval of the
+    per-replicate means. Undefined when any member is."""
+    if not cells:
+        return Cell(math.nan)
+    est = [c.estimate for c in cells]
+    estimate = float(np.mean(est)) if all(math.isfinite(e) for e in est) else math.nan
+    if any(c.replicates is None for c in cells):
+        return Cell(estimate, n=len(cells))
+    reps = np.mean(np.stack([np.asarray(c.replicates) for c in cells]), axis=0)
+    return _interval(estimate, reps, level, len(cells))
+
+
+def aggregate(
+    config: TableConfig,
+    checkpoints: Sequence[Checkpoint],
+    readings: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]],
+    *,
+    averages: Sequence[Average] | None = None,
+    B: int | None = None,
+    seed: int | None = None,
+    notes: Sequence[str] = (),
+) -> TableResult:
+    """The table: one row per checkpoint (``readings[checkpoint][run]`` its rows), then one per
+    average whose members include at least one of ``checkpoints``; every bootstrapped cell on the
+    shared replicates of its run (``B``, ``seed``: the config's unless given)."""
+    B = config.B if B is None else B
+    seed = config.seed if seed is None else seed
+    names = [c.name for c in checkpoints]
+    shared: dict[str, tuple[dict[str, int], NDArray[np.int64]]] = {}
+    for run, spec in config.runs.items():
+        if not any(c.run == run and c.metric for c in config.columns):
+            continue
+        units = unit_index({k: readings[k].get(run, []) for k in names}, UNIT[spec.command])
+        shared[run] = (units, shared_counts(len(units), B, seed))
+    rows: list[TableRow] = []
+    for ck in checkpoints:
+        cells: dict[str, Cell] = {}
+        for col in config.columns:
+            data = readings[ck.name].get(col.run, [])
+            if col.metric is not None:
+                units, counts = shared[col.run]
+                cells[col.key] = metric_cell(data, col, config.kind(col.run), units, counts, config.level)
+            else:
+                cells[col.key] = stat_cell(data, col)
+        rows.append(TableRow(ck.name, ck.shown, "checkpoint", (ck.name,), cells))
+    by_name = {r.name: r for r in rows}
+    loo: dict[str, dict[str, Any]] = {}
+    for avg in config.averages if averages is None else averages:
+        members = tuple(m for m in avg.select(checkpoints) if m in by_name)
+        if not members:
+            continue
+        cells = {col.key: average_cell([by_name[m].cells[col.key] for m in members], config.level) for col in config.columns}
+        label = avg.name if len(members) > 1 else f"{avg.name} (1 checkpoint)"
+        rows.append(TableRow(avg.name, label, "average", members, cells))
+        if len(members) >= 2:  # how much one checkpoint moves the average (leave-one-checkpoint-out)
+            loo[avg.name] = {}
+            for col in config.columns:
+                vals = {m: by_name[m].cells[col.key].estimate for m in members}
+                if all(math.isfinite(v) for v in vals.values()):
+                    loo[avg.name][col.key] = leave_one_out(vals)
+    return TableResult(
+        name=config.name, title=config.title, columns=config.columns, rows=tuple(rows), paper=config.paper,
+        digits=config.digits, level=config.level, B=B, seed=seed, notes=tuple(notes), leave_one_out=loo,
+    )

@@ -1,0 +1,390 @@
+"""A table's config: the shipped YAML files of ``src/sleight/data/tables/`` read into plain records.
+
+A config names the checkpoints (the paper's Hugging Face ids and their chat-template arguments), the
+readout runs each checkpoint needs (a command, its data and settings), the table's columns (a
+metric of one run's readings, bootstrapped on shared replicates, or a descriptive statistic), the
+rows that average checkpoints, and the paper's own numbers where they are known. Every problem is
+one line naming the file and the key (:class:`~sleight.errors.UserError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sleight.errors import UserError
+
+TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
+FIXTURES_DIR = TABLES_DIR / "fixtures"
+COMMANDS = ("forecast", "ptrue", "audit")
+METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean")  # bootstrapped on shared replicates
+STATS = ("median", "mean", "share", "count")  # descriptive, no interval
+SOURCES = ("auto", "paper", "fixture")
+# Which data families serve which command (the data layer's views: forecast, qa, ptrue/grade/mcq).
+FAMILIES_FOR = {
+    "forecast": ("race-h",),
+    "ptrue": ("race-h", "mmlu", "triviaqa"),
+    "audit:forecast": ("race-h",),
+    "audit:ptrue": ("race-h", "mmlu", "triviaqa"),
+    "audit:grade": ("summeval",),
+    "audit:": ("mmlu", "mmlu-pro"),
+}
+# The default target column of a bootstrapped metric, the unit the bootstrap resamples (items that
+# share one are resampled together) and the columns that pair two selections of the same rows.
+TARGET = {"forecast": "correct", "ptrue": "label", "audit": "target"}
+UNIT = {"forecast": "cluster", "ptrue": "item_id", "audit": "item_id"}
+PAIR = {"forecast": ("item_id",), "ptrue": ("setting", "item_id", "answer_source"), "audit": ("item_id",)}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One model of a table: its folder name, the model spec, a display label, template arguments."""
+
+    name: str
+    model: str
+    label: str = ""
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    group: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.name
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One readout run per checkpoint: ``command`` (forecast | ptrue | audit), the paper's data spec,
+    the shipped fixture's spec, and the command's settings (its config fields)."""
+
+    name: str
+    command: str
+    paper_data: str
+    fixture_data: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def fixture_spec(self) -> str:
+        return self.fixture_data.replace("{fixtures}", str(FIXTURES_DIR))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One measured column: ``metric`` (bootstrapped) or ``stat`` (descriptive) of ``run``'s rows
+    selected by ``where``; ``minus``: a paired difference against the rows ``where`` | ``minus`` selects."""
+
+    key: str
+    label: str
+    run: str
+    where: Mapping[str, Any] = field(default_factory=dict)
+    metric: str | None = None
+    stat: str | None = None
+    score: str = "score"
+    target: str | None = None
+    column: str | None = None
+    equals: Any = None
+    minus: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Average:
+    """A row averaging checkpoints: ``members`` names them, or ``all``, or ``group:NAME``."""
+
+    name: str
+    members: str | tuple[str, ...] = "all"
+
+    def select(self, checkpoints: Sequence[Checkpoint]) -> list[str]:
+        if self.members == "all":
+            return [c.name for c in checkpoints]
+        if isinstance(self.members, str):
+            group = self.members.removeprefix("group:")
+            return [c.name for c in checkpoints if c.group == group]
+        return [c.name for c in checkpoints if c.name in self.members]
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    title: str
+    path: Path
+    checkpoints: tuple[Checkpoint, ...]
+    runs: Mapping[str, RunSpec]
+    columns: tuple[Column, ...]
+    averages: tuple[Average, ...] = ()
+    paper: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    limit: int | None = None
+    B: int = 20000
+    seed: int = 0
+    level: float = 0.95
+    digits: int = 3
+    notes: tuple[str, ...] = ()
+    inferred: str = ""
+
+    def kind(self, run: str) -> str:
+        return self.runs[run].command
+
+
+def shipped_tables() -> list[str]:
+    """The names of the shipped tables, in order (``table2``, ``table3``, ..., ``appendix-g``...)."""
+
+    def order(p: Path) -> tuple[int, int, str]:
+        m = re.fullmatch(r"table(\d+)", p.stem)
+        return (0, int(m.group(1)), "") if m else (1, 0, p.stem)
+
+    return [p.stem for p in sorted(TABLES_DIR.glob("*.yaml"), key=order)]
+
+
+def table_path(name: str | Path) -> Path:
+    """A shipped table's YAML by name (``table2``, ``2``), or a YAML file's path."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise UserError(f"table config not found: {p}")
+        return p
+    text = str(name).lower()
+    key = f"table{text}" if text.isdigit() else text
+    path = TABLES_DIR / f"{key}.yaml"
+    if not path.is_file():
+        raise UserError(f"no shipped table '{name}' (shipped: {', '.join(shipped_tables())}; or give a .yaml file)")
+    return path
+
+
+class _Reader:
+    """Typed access to a YAML mapping, every error one line naming the file and the key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, why: str) -> UserError:
+        return UserError(f"{self.path.name}: {key}: {why}")
+
+    def mapping(self, obj: Any, key: str) -> dict[str, Any]:
+        if obj is None:
+            return {}
+        if not isinstance(obj, dict):
+            raise self.fail(key, f"expected a mapping, got {type(obj).__name__}")
+        return obj
+
+    def items(self, obj: Any, key: str) -> list[Any]:
+        if not isinstance(obj, list) or not obj:
+            raise self.fail(key, "expected a non-empty list")
+        return obj
+
+    def text(self, obj: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+        v = obj.get(key, default)
+        if not isinstance(v, str) or not v:
+            raise self.fail(f"{where}.{key}", "expected a non-empty string" if v is None else f"expected a string, got {v!r}")
+        return v
+
+    def unknown(self, obj: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+        extra = sorted(set(obj) - set(known))
+        if extra:
+            raise self.fail(where, f"unknown key(s) {', '.join(map(str, extra))} (known: {', '.join(known)})")
+
+
+def _command_fields(command: str) -> tuple[str, ...]:
+    """The settings a run of ``command`` may carry (its library config's fields)."""
+    if command == "audit":
+        return ("preset", "variants", "stem", "max_new_tokens", "note", "instruct", "options")
+    from sleight.readout.downstream_run import ForecastConfig, PTrueConfig
+
+    cls = ForecastConfig if command == "forecast" else PTrueConfig
+    base = {"model", "engine", "dtype", "items", "data", "limit", "B", "seed", "chunk"}
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in base)
+
+
+def _known_columns(command: str) -> tuple[str, ...]:
+    if command == "audit":
+        from sleight.readout.audit.measure import SCHEMA as AUDIT_SCHEMA
+
+        return tuple(AUDIT_SCHEMA.names)
+    from sleight.readout.downstream_run import FORECAST_SCHEMA, PTRUE_SCHEMA
+
+    return tuple((FORECAST_SCHEMA if command == "forecast" else PTRUE_SCHEMA).names)
+
+
+def _known_values(command: str) -> dict[str, tuple[str, ...]]:
+    if command == "forecast":
+        from sleight.readout.forecast.pipeline import POSITIONS
+
+        return {"position": tuple(POSITIONS)}
+    if command == "ptrue":
+        from sleight.readout.ptrue.pipeline import SETTINGS
+        from sleight.readout.ptrue.readouts import READOUT_NAMES
+
+        return {"setting": tuple(SETTINGS), "readout": tuple(READOUT_NAMES), "answer_source": ("own", "gold", "wrong")}
+    from sleight.readout.audit.variants import KNOWN_VARIANTS
+
+    return {"variant": tuple(KNOWN_VARIANTS)}
+
+
+def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping[str, Any], fixture: bool) -> None:
+    from sleight.readout.data import FAMILIES, is_data_spec
+    from sleight.readout.data.common import parse_spec
+
+    if not is_data_spec(spec):
+        raise r.fail(key, f"'{spec}' is not a data spec FAMILY:WHERE[:key=value] (FAMILY one of {', '.join(FAMILIES)})")
+    parsed = parse_spec(spec, tuple(FAMILIES))
+    use = command if command != "audit" else f"audit:{settings.get('preset') or ''}"
+    if parsed.family not in FAMILIES_FOR[use]:
+        raise r.fail(key, f"{parsed.family} data does not serve {use.replace(':', ' --preset ')} (it takes {', '.join(FAMILIES_FOR[use])})")
+    if fixture:
+        path = Path(spec.replace("{fixtures}", str(FIXTURES_DIR)).split(":")[1])
+        if not path.exists():
+            raise r.fail(key, f"fixture file not found: {path}")
+
+
+def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
+    where = f"runs.{name}"
+    obj = r.mapping(raw, where)
+    r.unknown(obj, ("command", "data", "settings"), where)
+    command = r.text(obj, "command", where)
+    if command not in COMMANDS:
+        raise r.fail(f"{where}.command", f"'{command}' is not one of {', '.join(COMMANDS)}")
+    data = r.mapping(obj.get("data"), f"{where}.data")
+    r.unknown(data, ("paper", "fixture"), f"{where}.data")
+    settings = r.mapping(obj.get("settings"), f"{where}.settings")
+    allowed = _command_fields(command)
+    for k in settings:
+        if k not in allowed:
+            raise r.fail(f"{where}.settings.{k}", f"not a setting of readout {command} (settings: {', '.join(allowed)})")
+    if command == "audit":
+        from sleight.readout.audit.presets import PRESETS
+
+        preset = settings.get("preset")
+        if preset is not None and preset not in PRESETS:
+            raise r.fail(f"{where}.settings.preset", f"'{preset}' is not a preset ({', '.join(PRESETS)})")
+    paper = r.text(data, "paper", f"{where}.data")
+    fixture = r.text(data, "fixture", f"{where}.data")
+    _check_spec(r, paper, f"{where}.data.paper", command, settings, fixture=False)
+    _check_spec(r, fixture, f"{where}.data.fixture", command, settings, fixture=True)
+    return RunSpec(name, command, paper, fixture, dict(settings))
+
+
+def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec]) -> Column:
+    where = f"columns[{k}]"
+    obj = r.mapping(raw, where)
+    r.unknown(obj, [f.name for f in dataclasses.fields(Column)], where)
+    key = r.text(obj, "key", where)
+    run = r.text(obj, "run", where)
+    if run not in runs:
+        raise r.fail(f"{where}.run", f"'{run}' is not one of the runs ({', '.join(runs)})")
+    command = runs[run].command
+    metric, stat = obj.get("metric"), obj.get("stat")
+    if (metric is None) == (stat is None):
+        raise r.fail(where, "give one of metric (bootstrapped) or stat (descriptive)")
+    if metric is not None and metric not in METRICS:
+        raise r.fail(f"{where}.metric", f"'{metric}' is not one of {', '.join(METRICS)}")
+    if stat is not None and stat not in STATS:
+        raise r.fail(f"{where}.stat", f"'{stat}' is not one of {', '.join(STATS)}")
+    if stat is not None and stat != "count" and not obj.get("column"):
+        raise r.fail(where, f"stat {stat} needs a column")
+    if stat == "share" and "equals" not in obj:
+        raise r.fail(where, "stat share needs equals (the value whose share is counted)")
+    if obj.get("minus") is not None and metric is None:
+        raise r.fail(f"{where}.minus", "a paired difference needs a metric")
+    known = _known_columns(command)
+    values = _known_values(command)
+    for part in ("where", "minus"):
+        sel = r.mapping(obj.get(part), f"{where}.{part}")
+        for c, v in sel.items():
+            if c not in known:
+                raise r.fail(f"{where}.{part}.{c}", f"not a column of {command}'s readings")
+            if c in values and v not in values[c]:
+                raise r.fail(f"{where}.{part}.{c}", f"'{v}' is not one of {', '.join(values[c])}")
+    for part in ("score", "target", "column"):
+        named = obj.get(part)
+        if named is not None and named not in known:
+            raise r.fail(f"{where}.{part}", f"'{named}' is not a column of {command}'s readings")
+    label = obj.get("label") or key
+    return Column(
+        key=key, label=str(label), run=run, where=dict(obj.get("where") or {}), metric=metric, stat=stat,
+        score=str(obj.get("score") or "score"), target=obj.get("target"), column=obj.get("column"), equals=obj.get("equals"),
+        minus=dict(obj["minus"]) if obj.get("minus") is not None else None,
+    )
+
+
+def _checkpoint(r: _Reader, k: int, raw: Any) -> Checkpoint:
+    where = f"checkpoints[{k}]"
+    obj = r.mapping(raw, where)
+    r.unknown(obj, ("name", "model", "label", "thinking", "chat_template_kwargs", "group"), where)
+    kwargs = dict(r.mapping(obj.get("chat_template_kwargs"), f"{where}.chat_template_kwargs"))
+    thinking = obj.get("thinking")
+    if thinking is not None:
+        if thinking not in (True, False, "on", "off"):
+            raise r.fail(f"{where}.thinking", f"expected on or off, got {thinking!r}")
+        kwargs["enable_thinking"] = thinking in (True, "on")
+    name = r.text(obj, "name", where)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise r.fail(f"{where}.name", f"'{name}' must be a folder name (letters, digits, . _ -)")
+    return Checkpoint(name, r.text(obj, "model", where), str(obj.get("label") or ""), kwargs, obj.get("group"))
+
+
+def load_table(name: str | Path) -> TableConfig:
+    """A table's config by shipped name or YAML path, validated (no model, no data read)."""
+    import yaml
+
+    path = table_path(name)
+    r = _Reader(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise UserError(f"{path.name}: not valid YAML{f' (line {mark.line + 1})' if mark else ''}") from None
+    obj = r.mapping(raw, "(top level)")
+    known = ("table", "title", "inferred", "checkpoints", "runs", "columns", "averages", "paper", "limit", "bootstrap", "digits", "notes")
+    r.unknown(obj, known, "(top level)")
+    checkpoints = tuple(_checkpoint(r, k, c) for k, c in enumerate(r.items(obj.get("checkpoints"), "checkpoints")))
+    names = [c.name for c in checkpoints]
+    if len(set(names)) != len(names):
+        raise r.fail("checkpoints", "checkpoint names must be unique")
+    runs_raw = r.mapping(obj.get("runs"), "runs")
+    if not runs_raw:
+        raise r.fail("runs", "expected at least one run")
+    runs = {n: _run(r, n, v) for n, v in runs_raw.items()}
+    columns = tuple(_column(r, k, c, runs) for k, c in enumerate(r.items(obj.get("columns"), "columns")))
+    if len({c.key for c in columns}) != len(columns):
+        raise r.fail("columns", "column keys must be unique")
+    averages = []
+    for k, a in enumerate(obj.get("averages") or []):
+        a = r.mapping(a, f"averages[{k}]")
+        r.unknown(a, ("name", "members"), f"averages[{k}]")
+        members = a.get("members", "all")
+        if isinstance(members, list):
+            missing = [m for m in members if m not in names]
+            if missing:
+                raise r.fail(f"averages[{k}].members", f"not checkpoints of this table: {', '.join(map(str, missing))}")
+            members = tuple(members)
+        elif not (members == "all" or (isinstance(members, str) and members.startswith("group:"))):
+            raise r.fail(f"averages[{k}].members", "expected all, group:NAME or a list of checkpoint names")
+        averages.append(Average(r.text(a, "name", f"averages[{k}]"), members))
+    paper_raw = r.mapping(obj.get("paper"), "paper")
+    rows = set(names) | {a.name for a in averages}
+    keys = {c.key for c in columns}
+    paper: dict[str, dict[str, float]] = {}
+    for row, vals in paper_raw.items():
+        if row not in rows:
+            raise r.fail(f"paper.{row}", "not a row of this table (a checkpoint name or an average's name)")
+        for key, v in r.mapping(vals, f"paper.{row}").items():
+            if key not in keys:
+                raise r.fail(f"paper.{row}.{key}", "not a column key of this table")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise r.fail(f"paper.{row}.{key}", f"expected a number, got {v!r}")
+            paper.setdefault(row, {})[key] = float(v)
+    boot = r.mapping(obj.get("bootstrap"), "bootstrap")
+    r.unknown(boot, ("B", "seed", "level"), "bootstrap")
+    B, seed, level = boot.get("B", 20000), boot.get("seed", 0), boot.get("level", 0.95)
+    if not isinstance(B, int) or B < 1:
+        raise r.fail("bootstrap.B", f"expected a positive integer, got {B!r}")
+    if not isinstance(level, float) or not 0 < level < 1:
+        raise r.fail("bootstrap.level", f"expected a number between 0 and 1, got {level!r}")
+    limit = obj.get("limit")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise r.fail("limit", f"expected a positive integer or null, got {limit!r}")
+    return TableConfig(
+        name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
+        runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=int(seed), level=level,
+        digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
+    )

@@ -1,0 +1,324 @@
+"""Run what a table needs, resuming, then aggregate and write it: ``sleight readout reproduce``.
+
+For each checkpoint and each run of the table's config, the readout command's own library call
+(:func:`~sleight.readout.downstream_run.run_downstream` for forecast and ptrue,
+:func:`~sleight.readout.audit.run.load_audit` / :func:`~sleight.readout.audit.run.run_audit` for the
+audit) writes its run directory ``OUT/<table>/<checkpoint>/<run>/``. Those directories resume as the
+commands' own do: a finished run loads no model and is only re-scored, a killed one redoes at most
+one part, a changed configuration is refused in one line. A run that another table of the same
+``OUT`` already finished with the same checkpoint, data and settings is copied, not run again
+(``runs.json`` beside the runs records what each one is). The model of a checkpoint is loaded once,
+when some run has work left, and shared by its runs (and by the next table's, for the same
+checkpoint).
+
+Data: each run names the paper's data spec and a shipped fixture. ``data="paper"`` reads the paper's
+(the hub, or a file given with ``overrides``), ``"fixture"`` the shipped fixture files, ``"auto"``
+the paper's where its source can be used and otherwise the fixture, said on stderr and in the
+table's notes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sleight import rundir
+from sleight.errors import UserError
+from sleight.readout.reproduce.aggregate import TableResult, aggregate
+from sleight.readout.reproduce.config import (
+    FIXTURES_DIR,
+    SOURCES,
+    Checkpoint,
+    RunSpec,
+    TableConfig,
+    load_table,
+)
+from sleight.readout.reproduce.writers import WRITERS
+
+RUNS_JSON = "runs.json"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How every checkpoint is loaded (the commands' model flags, less ``--model``);
+    ``chat_template_kwargs`` merge over each checkpoint's own."""
+
+    engine: str = "hf"
+    device: str | None = None
+    dtype: str | None = None
+    batch_size: int = 64
+    threads: int | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def template_kwargs(self, ck: Checkpoint) -> dict[str, Any]:
+        return {**ck.chat_template_kwargs, **self.chat_template_kwargs}
+
+    @property
+    def weights_dtype(self) -> str:
+        from sleight.backends import default_dtype
+
+        return self.dtype or default_dtype(self.engine)
+
+
+class ModelCache:
+    """One loaded model at a time: the checkpoint's, loaded on first need, closed for the next."""
+
+    def __init__(self, settings: ModelSettings, loader: Callable[[Checkpoint, ModelSettings], Any] | None = None) -> None:
+        self.settings = settings
+        self.loader = loader or load_checkpoint_model
+        self.name: str | None = None
+        self.model: Any = None
+        self.loads = 0
+
+    def get(self, ck: Checkpoint) -> Any:
+        if self.name != ck.name:
+            self.close()
+            self.model = self.loader(ck, self.settings)
+            self.name = ck.name
+            self.loads += 1
+        return self.model
+
+    def close(self) -> None:
+        if self.model is not None and hasattr(self.model, "close"):
+            self.model.close()
+        self.model, self.name = None, None
+
+
+def load_checkpoint_model(ck: Checkpoint, settings: ModelSettings) -> Any:
+    from sleight.backends import load_model
+
+    return load_model(
+        ck.model, engine=settings.engine, device=settings.device, dtype=settings.weights_dtype, batch_size=settings.batch_size,
+        threads=settings.threads, chat_template_kwargs=settings.template_kwargs(ck), **dict(settings.engine_kwargs),
+    )
+
+
+def select_checkpoints(config: TableConfig, models: Sequence[str] | None) -> list[Checkpoint]:
+    """The config's checkpoints, or ``models`` (a checkpoint's name or model id keeps its settings;
+    any other model spec runs with none)."""
+    if not models:
+        return list(config.checkpoints)
+    known = {c.name: c for c in config.checkpoints} | {c.model: c for c in config.checkpoints}
+    out: list[Checkpoint] = []
+    for m in models:
+        ck = known.get(m) or Checkpoint(name=m.strip("/").replace("/", "--"), model=m, label=m)
+        if ck.name in {c.name for c in out}:
+            raise UserError(f"--models names {m} twice")
+        out.append(ck)
+    return out
+
+
+def parse_overrides(specs: Sequence[str]) -> dict[str, str]:
+    """``--data SPEC`` (repeatable): the spec replaces the config's for its family."""
+    from sleight.readout.data import FAMILIES, is_data_spec
+
+    out: dict[str, str] = {}
+    for s in specs:
+        if not is_data_spec(s):
+            raise UserError(f"--data '{s}': expected FAMILY:WHERE[:key=value...] with FAMILY one of {', '.join(FAMILIES)}")
+        family = s.partition(":")[0]
+        if family in out:
+            raise UserError(f"--data gives {family} twice")
+        out[family] = s
+    return out
+
+
+def resolve_data(spec: RunSpec, source: str, overrides: Mapping[str, str]) -> tuple[str, str]:
+    """(the data spec a run reads, what it is: ``paper``, ``given``, or ``fixture`` with the reason)."""
+    from sleight.readout.data import FAMILIES
+    from sleight.readout.data.common import hub_reachable, parse_spec
+
+    if source not in SOURCES:
+        raise UserError(f"--data-source must be one of {', '.join(SOURCES)}, got {source!r}")
+    family = spec.paper_data.partition(":")[0]
+    if family in overrides:
+        return overrides[family], "given with --data"
+    if source == "fixture":
+        return spec.fixture_spec(), "shipped fixture"
+    parsed = parse_spec(spec.paper_data, tuple(FAMILIES))
+    why = hub_reachable() if parsed.is_hub else None
+    if source == "paper" or why is None:
+        return spec.paper_data, "the paper's data"
+    return spec.fixture_spec(), f"shipped fixture (the paper's {spec.paper_data} cannot be read: {why})"
+
+
+def _identity(ck: Checkpoint, spec: RunSpec, data: str, limit: int | None, settings: ModelSettings) -> dict[str, Any]:
+    return {
+        "model": ck.model, "chat_template_kwargs": settings.template_kwargs(ck), "engine": settings.engine,
+        "dtype": settings.weights_dtype, "command": spec.command, "data": data, "limit": limit, "settings": dict(spec.settings),
+    }
+
+
+def _finished(run_dir: Path) -> bool:
+    return (run_dir / "readings.parquet").is_file() and (run_dir / "manifest.json").is_file()
+
+
+def _reuse(out: Path, table: str, ck: Checkpoint, run: str, identity: Mapping[str, Any]) -> Path | None:
+    """A finished run of another table in ``out`` with the same identity, to copy."""
+    for rec in sorted(out.glob(f"*/{ck.name}/{RUNS_JSON}")):
+        if rec.parent.parent.name == table:
+            continue
+        try:
+            runs = json.loads(rec.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for name, ident in runs.items():
+            src = rec.parent / name
+            if ident == json.loads(json.dumps(identity)) and _finished(src):
+                return src
+    return None
+
+
+def _record(ck_dir: Path, run: str, identity: Mapping[str, Any]) -> None:
+    path = ck_dir / RUNS_JSON
+    runs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    runs[run] = identity
+    rundir.write_json(path, runs)
+
+
+def run_one(
+    ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool
+) -> list[dict[str, Any]]:
+    """One readout run of one checkpoint into ``run_dir`` (resumed or finished as the command would);
+    its readings."""
+    settings = models.settings
+    if spec.command in ("forecast", "ptrue"):
+        from sleight.readout.downstream_run import ForecastConfig, PTrueConfig, run_downstream
+
+        cls: type[ForecastConfig] | type[PTrueConfig] = ForecastConfig if spec.command == "forecast" else PTrueConfig
+        downstream = cls(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **spec.settings)
+        return run_downstream(downstream, run_dir, load_model=lambda: models.get(ck), progress=progress).rows
+    import pyarrow.parquet as pq
+
+    from sleight.readout.audit.run import IDENTITY_KEYS, READINGS, load_audit, rerender, run_audit, run_config
+    from sleight.rundir import RunDir
+
+    s = dict(spec.settings)
+    variants = s.pop("variants", "all")
+    items, config, _name = load_audit(
+        data=data, limit=limit, variants=",".join(variants) if isinstance(variants, list) else str(variants), rows_per_pass=settings.batch_size, **s
+    )
+    config.n_items = len(items)
+    manifest = RunDir(run_dir, "audit").read_manifest() or {}
+    same = rundir.identity(manifest.get("config") or {}, IDENTITY_KEYS) == rundir.identity(run_config(items, config), IDENTITY_KEYS)
+    if manifest.get("completed") and same and (run_dir / READINGS).is_file():
+        rerender(run_dir)
+    else:
+        run_audit(models.get(ck), items, run_dir, config, show_progress=progress)
+    return pq.read_table(run_dir / READINGS).to_pylist()
+
+
+@dataclass
+class ReproduceResult:
+    table: TableResult
+    out: Path
+    files: dict[str, Path]
+    runs: list[dict[str, Any]]
+
+
+def _short(spec: str) -> str:
+    return spec.replace(str(FIXTURES_DIR), "{fixtures}")
+
+
+def reproduce(
+    table: str | Path | TableConfig,
+    out: str | Path = "runs/reproduce",
+    *,
+    models: Sequence[str] | None = None,
+    limit: int | None = None,
+    data: str = "auto",
+    overrides: Sequence[str] = (),
+    settings: ModelSettings | None = None,
+    B: int | None = None,
+    seed: int | None = None,
+    cache: ModelCache | None = None,
+    progress: bool = False,
+    status: Callable[[str], None] | None = None,
+) -> ReproduceResult:
+    """Run (or resume) every checkpoint's runs of ``table`` into ``out/<table>/``, aggregate on shared
+    replicates, and write ``table.md``, ``table.csv``, ``table.tex`` and ``table.json`` there.
+
+    ``models`` replaces the config's checkpoints, ``limit`` its item count, ``overrides`` (data specs)
+    the paper's data of their family; ``cache`` shares loaded models between calls (several tables)."""
+    config = table if isinstance(table, TableConfig) else load_table(table)
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    if B is not None and B < 1:
+        raise UserError(f"--B must be a positive number of replicates, got {B}")
+    say = status or (lambda m: print(m, file=sys.stderr, flush=True))
+    settings = settings or (cache.settings if cache else ModelSettings())
+    own_cache = cache is None
+    models_cache = cache or ModelCache(settings)
+    B_, seed_ = (config.B if B is None else B), (config.seed if seed is None else seed)
+    n = config.limit if limit is None else limit
+    checkpoints = select_checkpoints(config, models)
+    given = parse_overrides(overrides)
+    plan = {name: resolve_data(spec, data, given) for name, spec in config.runs.items()}
+    notes = [f"Run `{name}` ({spec.command}): {_short(plan[name][0])}, {plan[name][1]}." for name, spec in config.runs.items()]
+    for name, (_spec_text, what) in plan.items():
+        if what.startswith("shipped fixture"):
+            say(f"{config.name}: run {name} reads the {what}; its numbers are not comparable with the paper's")
+    if n is not None:
+        notes.append(f"First {n} items of each run's data (--limit).")
+    if models:
+        notes.append("Checkpoints given with --models, not the table's own.")
+    if config.inferred:
+        notes.append(f"Inferred, not taken from the paper: {config.inferred}")
+    notes += list(config.notes)
+    root = Path(out)
+    table_dir = root / config.name
+    readings: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    done: list[dict[str, Any]] = []
+    try:
+        for ck in checkpoints:
+            ck_dir = table_dir / ck.name
+            readings[ck.name] = {}
+            for name, spec in config.runs.items():
+                spec_text = plan[name][0]
+                run_dir = ck_dir / name
+                identity = _identity(ck, spec, spec_text, n, models_cache.settings)
+                if not run_dir.exists():
+                    src = _reuse(root, config.name, ck, name, identity)
+                    if src is not None:
+                        say(f"{config.name}/{ck.name}/{name}: the same run is finished in {src}; copied")
+                        shutil.copytree(src, run_dir)
+                say(f"{config.name}/{ck.name}/{name}: readout {spec.command} ({_short(spec_text)})")
+                readings[ck.name][name] = run_one(ck, spec, run_dir, spec_text, n, models_cache, B=B_, seed=seed_, progress=progress)
+                _record(ck_dir, name, identity)
+                done.append({"checkpoint": ck.name, "run": name, "dir": str(run_dir), "data": spec_text, "source": plan[name][1]})
+    finally:
+        if own_cache:
+            models_cache.close()
+    result = aggregate(config, checkpoints, readings, B=B_, seed=seed_, notes=notes)
+    files = write_table(result, table_dir, runs=done)
+    return ReproduceResult(result, table_dir, files, done)
+
+
+def write_table(result: TableResult, out: Path, *, runs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:
+    """table.md, table.csv, table.tex and table.json (every cell, the leave-one-out shifts, the runs)."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {name: rundir.write_text(out / name, fn(result)) for name, fn in WRITERS.items()}
+    record = {
+        "table": result.name,
+        "title": result.title,
+        "B": result.B,
+        "seed": result.seed,
+        "level": result.level,
+        "columns": [{"key": c.key, "label": c.label, "run": c.run, "metric": c.metric, "stat": c.stat} for c in result.columns],
+        "rows": [
+            {"name": r.name, "label": r.label, "kind": r.kind, "members": list(r.members), "cells": {k: c.as_dict() for k, c in r.cells.items()}}
+            for r in result.rows
+        ],
+        "paper": result.paper,
+        "leave_one_out": result.leave_one_out,
+        "notes": list(result.notes),
+        "runs": list(runs),
+    }
+    files["table.json"] = rundir.write_json(out / "table.json", record)
+    return files
