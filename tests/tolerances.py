@@ -18,6 +18,7 @@ LOGPROB_ATOL = 1e-4  # a token's log-prob (nats); measured 3.1e-5
 # (tests/test_jury_slots.py); the bound is the log-prob noise at p = 1 with headroom.
 MASS_ATOL = 5e-5  # a probability or a sum of probabilities
 ENTROPY_ATOL = 1e-4  # the full-vocabulary entropy (nats); measured 1.2e-5
+DELTA_ATOL = 2 * LOGPROB_ATOL  # a difference of two records (Δsurprisal, Δentropy), each within its own noise
 
 # The same formula in float64, evaluated in another order (a library's implementation vs ours).
 FLOAT64_RTOL = 1e-12
