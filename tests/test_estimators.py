@@ -1,4 +1,6 @@
-"""The token-based uncertainty estimators against independent recomputations on the real model."""
+"""lm-polygraph's estimators on sleight's records: the reported values against the library's own
+classes on the same statistics, the project's own three against the library, and the statistics
+against independent passes of the model and against the library's own stat calculators."""
 
 from __future__ import annotations
 
@@ -7,10 +9,31 @@ import math
 import numpy as np
 import pytest
 
-from sleight.readout.ptrue.answers import DEFAULT_ITEMS, greedy_answers, load_qa_items
+from sleight.readout.ptrue.answers import DEFAULT_ITEMS, Sampling, greedy_answers, load_qa_items, sampling_probs
 from sleight.readout.ptrue.estimators import render_markdown, run_estimators
-from sleight.readout.ptrue.uncertainty import TOKEN_ESTIMATORS, AnswerTokens, answer_tokens, comparison, estimate
-from tolerances import ENTROPY_ATOL, LOGPROB_ATOL
+from sleight.readout.ptrue.readouts import polygraph_logprob, ptrue_readouts
+from sleight.readout.ptrue.uncertainty import (
+    ESTIMATOR_COLUMNS,
+    ESTIMATORS,
+    SKIPPED,
+    TOKEN_ESTIMATORS,
+    AnswerTokens,
+    answer_tokens,
+    comparison,
+    estimate,
+    greedy_distributions,
+    greedy_stats,
+    library_values,
+    lm_log_likelihoods,
+    own_values,
+    ptrue_sampling_logprobs,
+    sample_answers,
+    sample_stats,
+)
+from tolerances import ENTROPY_ATOL, FLOAT64_ATOL, FLOAT64_RTOL, LOGPROB_ATOL
+
+N_SAMPLES = 3
+TOKENS = 12
 
 
 def test_the_three_formulas():
@@ -20,19 +43,46 @@ def test_the_three_formulas():
     assert TOKEN_ESTIMATORS["MeanTokenEntropy"](a) == pytest.approx(3.5 / 3)
 
 
+def test_the_default_set_is_accounted_for():
+    """Every entry of default_estimators.yaml (v0.7.0, 107 lines, 50 entries) is computed or skipped
+    with a reason: the computed ones by their line, the skipped ones by their line ranges."""
+    covered: set[int] = set()
+    for lines in [e.lines for e in ESTIMATORS] + [s[1] for s in SKIPPED]:
+        lo, _, hi = lines.partition("-")
+        covered |= set(range(int(lo), int(hi or lo) + 1))
+    entry_starts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 18, 21, 24, 25, 29, 33, 36, 40, 44, 47, 51, 55, 58, 59, 62, 63, 64, 65, 66, 67, 68, 69}
+    entry_starts |= {70, 71, 72, 73, 76, 79, 91, 94, 98, 102, 103, 104, 105, 106, 107}
+    assert len(entry_starts) == 50 and entry_starts <= covered
+    assert len(set(ESTIMATOR_COLUMNS)) == len(ESTIMATORS) == 20
+    assert all(reason for _, _, reason in SKIPPED)
+
+
 @pytest.fixture(scope="module")
 def decoded(model):
     items = load_qa_items(DEFAULT_ITEMS, limit=3)
     prompts = [model.encode(model.render_chat([{"role": "user", "content": it.prompt}]).text) for it in items]
-    gens = model.greedy(prompts, 12)
+    gens = model.greedy(prompts, TOKENS)
     return items, prompts, gens, answer_tokens(model, prompts, gens)
+
+
+@pytest.fixture(scope="module")
+def stats(model, decoded):
+    """The statistics every default estimator consumes, from the bundled model and its answers."""
+    items, prompts, gens, toks = decoded
+    texts = [model.decode(g.token_ids) for g in gens]
+    drawn = sample_answers(model, prompts, [it.id for it in items], N_SAMPLES, TOKENS, Sampling())
+    st = {**greedy_stats(toks), "greedy_lm_log_likelihoods": lm_log_likelihoods(model, toks), **sample_stats(drawn)}
+    st["greedy_log_probs"] = greedy_distributions(model, prompts, toks)
+    st["p_true"] = ptrue_readouts(model, [it.prompt for it in items], texts)["library_logprob"]
+    st["p_true_sampling"] = ptrue_sampling_logprobs(model, [it.prompt for it in items], texts, drawn)
+    return st
 
 
 @pytest.mark.slow
 def test_records_equal_an_independent_teacher_forced_pass(model, decoded):
     items, prompts, gens, toks = decoded
     eos = min(model.eos_ids)
-    assert [model.decode(g.token_ids) for g in gens] == [a.text for a in greedy_answers(model, items, 12)]
+    assert [model.decode(g.token_ids) for g in gens] == [a.text for a in greedy_answers(model, items, TOKENS)]
     for p, g, t in zip(prompts, gens, toks):
         assert list(t.token_ids[: len(g.token_ids)]) == list(g.token_ids)
         assert t.ended == (g.finish_reason == "stop") and (t.token_ids[-1] == eos) == t.ended
@@ -41,22 +91,114 @@ def test_records_equal_an_independent_teacher_forced_pass(model, decoded):
         for k in range(len(t.token_ids)):  # the entropy of the full distribution at each answer position
             full = model.next_token_logprobs([list(p) + list(t.token_ids[:k])])[0].astype(np.float64)
             assert t.entropies[k] == pytest.approx(float(-(np.exp(full) * full).sum()), abs=ENTROPY_ATOL)
-    est, engine = estimate(toks, use_polygraph=False)
-    assert engine == "sleight"
+
+
+def test_own_three_equal_the_librarys_classes_on_the_same_stats(decoded, stats):
+    """The project's own implementations stay because they equal lm-polygraph's on the same stats."""
+    pytest.importorskip("lm_polygraph.estimators")
+    own = own_values(decoded[3])
+    lib = library_values(stats, [e for e in ESTIMATORS if e.column in TOKEN_ESTIMATORS])
+    assert set(own) == set(lib) == set(TOKEN_ESTIMATORS)
+    for name in TOKEN_ESTIMATORS:
+        np.testing.assert_allclose(own[name], lib[name], rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
+
+
+def test_reported_values_are_the_librarys_classes_on_the_same_stats(model, decoded, stats):
+    """What ``estimate`` reports, column by column, equals lm-polygraph's own class (constructed here
+    from the library, with the default set's config) applied to the same statistics."""
+    lib = pytest.importorskip("lm_polygraph.estimators")
+    items, prompts, gens, toks = decoded
+    texts = [model.decode(g.token_ids) for g in gens]
+    got, engine, notes = estimate(
+        model, prompts, toks, questions=[it.prompt for it in items], answer_texts=texts, keys=[it.id for it in items],
+        p_true=stats["p_true"], max_new_tokens=TOKENS, samples=N_SAMPLES,
+    )  # fmt: skip
+    assert engine == "lm-polygraph 0.7.0"
+    assert list(got) == list(ESTIMATOR_COLUMNS)
+    assert len(notes) == len(SKIPPED)
+    for e in ESTIMATORS:
+        est = getattr(lib, e.cls)(**dict(e.kwargs))
+        assert str(est) == e.column
+        assert set(est.stats_dependencies) <= set(stats), e.column
+        want = np.asarray(est(stats), dtype=np.float64)
+        assert want.shape == (len(items),) and np.isfinite(want).all(), e.column
+        np.testing.assert_allclose(got[e.column], want, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL, err_msg=e.column)
+    distinct = {tuple(np.round(v, 9)) for v in got.values()}
+    assert len(distinct) == len(got)  # each value its own
+
+
+def test_stats_equal_independent_passes(model, decoded, stats):
+    """``greedy_lm_log_likelihoods`` is log p(y_t | y_<t) without the question; ``greedy_log_probs``
+    the full distribution at each answer position; the samples' log-likelihoods are the model's own
+    (EOS masked in the first two steps) and their sum with the EOS token is ``sample_log_probs``."""
+    items, prompts, _, toks = decoded
+    eos = sorted(model.eos_ids)
+    for t, lm, dist in zip(toks, stats["greedy_lm_log_likelihoods"], stats["greedy_log_probs"]):
+        assert math.isnan(lm[0]) and len(lm) == len(t.token_ids) == len(dist)
+        for k in range(1, len(t.token_ids)):
+            alone = model.next_token_logprobs([list(t.token_ids[:k])])[0]
+            assert lm[k] == pytest.approx(float(alone[t.token_ids[k]]), abs=LOGPROB_ATOL)
+        assert [float(d[i]) for d, i in zip(dist, t.token_ids)] == pytest.approx(list(t.logprobs), abs=LOGPROB_ATOL)
+    for p, toks_i, lls_i, total_i in zip(prompts, stats["sample_tokens"], stats["sample_log_likelihoods"], stats["sample_log_probs"]):
+        assert len(toks_i) == N_SAMPLES
+        for s, ll, tot in zip(toks_i, lls_i, total_i):
+            full = model.next_token_logprobs([list(p) + s[:k] for k in range(len(s) + 1)]).astype(np.float64)
+            want = [polygraph_logprob(float(full[k, s[k]]), [float(full[k, e]) for e in eos]) if k < 2 else float(full[k, s[k]]) for k in range(len(s))]
+            assert ll == pytest.approx(want, abs=LOGPROB_ATOL)
+            ended = tot - sum(ll)  # the EOS token's log-prob where the sample ended, 0 where the budget cut it
+            assert len(s) == TOKENS or ended == pytest.approx(max(float(full[len(s), e]) for e in eos), abs=LOGPROB_ATOL)
+
+
+def test_samples_are_seeded_top_k_draws(model, decoded):
+    items, prompts, _, _ = decoded
+    a = sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling())
+    b = sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling())
+    assert a == b
+    assert a != sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling(seed=2))
+    # the first draw of sample 0, by hand: numpy's stream [seed, crc32(id), 0] over the top-50 without EOS
+    import zlib
+
+    read = model.read_next([prompts[0]], [[]], top_k=50 + len(model.eos_ids))[0]
+    ids = [int(i) for i in read.top_ids if int(i) not in model.eos_ids][:50]
+    lps = [float(v) for i, v in zip(read.top_ids, read.top_logprobs) if int(i) not in model.eos_ids][:50]
+    k = np.random.default_rng([1, zlib.crc32(items[0].id.encode()), 0]).choice(len(ids), p=sampling_probs(lps, Sampling()))
+    assert a[0].tokens[0][0] == ids[k]
+
+
+@pytest.mark.parametrize("instruct", [True, False])
+def test_p_true_stats_equal_lm_polygraphs_prompt_calculators(model, instruct):
+    """``p_true`` and ``p_true_sampling`` against lm-polygraph's own ``PromptCalculator`` and
+    ``SamplingPromptCalculator`` run on a ``WhiteboxModel`` around the same weights."""
+    pytest.importorskip("lm_polygraph.estimators")
+    from lm_polygraph.stat_calculators.prompt import PromptCalculator, SamplingPromptCalculator
+    from lm_polygraph.utils.model import WhiteboxModel
+
+    from sleight.readout.ptrue.uncertainty import Samples
+
+    wb = WhiteboxModel(model.model, model.tokenizer, instruct=instruct)
+    qs, ans, ss = ["What is the capital of Germany?", "What is 2 + 2?"], ["Berlin", " 5"], [("Berlin", "Munich"), ("4", "four", "5")]
+    # one question per call: the tokenizer pads on the right, so a shorter prompt in a batch of the
+    # library's would be read at a padding position
+    deps = [{"input_texts": [q], "greedy_texts": [a], "sample_texts": [list(s)]} for q, a, s in zip(qs, ans, ss)]
+    want_pt = [float(PromptCalculator()(d, d["input_texts"], wb)["p_true"][0]) for d in deps]
+    want_pts = [float(SamplingPromptCalculator()(d, d["input_texts"], wb)["p_true_sampling"][0]) for d in deps]
+    samples = [Samples(((1,),) * len(s), ((0.0,),) * len(s), (0.0,) * len(s), s) for s in ss]
+    assert ptrue_readouts(model, qs, ans, instruct=instruct)["library_logprob"] == pytest.approx(want_pt, abs=LOGPROB_ATOL)
+    assert ptrue_sampling_logprobs(model, qs, ans, samples, instruct=instruct) == pytest.approx(want_pts, abs=LOGPROB_ATOL)
+
+
+def test_without_the_library_the_own_three_are_reported(model, decoded):
+    items, prompts, gens, toks = decoded
+    got, engine, notes = estimate(
+        model, prompts, toks, questions=[it.prompt for it in items], answer_texts=[""] * 3, keys=[it.id for it in items],
+        p_true=[0.0] * 3, use_polygraph=False,
+    )  # fmt: skip
+    assert engine == "sleight" and list(got) == list(TOKEN_ESTIMATORS)
+    assert len(notes) == len(ESTIMATORS) - len(TOKEN_ESTIMATORS) + len(SKIPPED)
     for k, t in enumerate(toks):
-        assert est["MaximumSequenceProbability"][k] == pytest.approx(-float(np.sum(t.logprobs)))
-        assert est["Perplexity"][k] == pytest.approx(-float(np.mean(t.logprobs)))
-        assert est["MeanTokenEntropy"][k] == pytest.approx(float(np.mean(t.entropies)))
-
-
-def test_lm_polygraph_values_are_the_reported_ones(decoded):
-    estimators = pytest.importorskip("lm_polygraph.estimators")
-    toks = decoded[3]
-    est, engine = estimate(toks)
-    assert engine.startswith("lm-polygraph")
-    stats = {"greedy_log_likelihoods": [np.asarray(t.logprobs) for t in toks], "entropy": [np.asarray(t.entropies) for t in toks]}
-    for cls in (estimators.MaximumSequenceProbability, estimators.Perplexity, estimators.MeanTokenEntropy):
-        assert est[str(cls())] == pytest.approx(np.asarray(cls()(stats)))
+        assert got["MaximumSequenceProbability"][k] == pytest.approx(-float(np.sum(t.logprobs)))
+        assert got["Perplexity"][k] == pytest.approx(-float(np.mean(t.logprobs)))
+        assert got["MeanTokenEntropy"][k] == pytest.approx(float(np.mean(t.entropies)))
 
 
 def test_comparison_pairs_every_readout_with_every_estimator():
@@ -73,6 +215,9 @@ def test_comparison_pairs_every_readout_with_every_estimator():
 @pytest.mark.slow
 def test_run_estimators_end_to_end(model):
     items = load_qa_items(DEFAULT_ITEMS, limit=4)
-    res = run_estimators(model, items, max_new_tokens=12, B=200)
-    assert len(res["rows"]) == 4 and len(res["summary"]["differences"]) == 5 * 3
-    assert "MeanTokenEntropy" in render_markdown(res, "m")
+    res = run_estimators(model, items, max_new_tokens=TOKENS, samples=N_SAMPLES, B=200)
+    n_est = len(res["summary"]["estimators"])
+    assert len(res["rows"]) == 4 and len(res["summary"]["differences"]) == 5 * n_est
+    assert n_est == (len(ESTIMATORS) if res["engine"].startswith("lm-polygraph") else len(TOKEN_ESTIMATORS))
+    md = render_markdown(res, "m")
+    assert "MeanTokenEntropy" in md and "Not computed:" in md

@@ -1,34 +1,65 @@
-"""Single-answer uncertainty estimators from the answer's own tokens, beside P(True).
+"""Single-answer uncertainty estimators beside P(True): lm-polygraph's own classes on sleight's records.
 
-lm-polygraph's default estimator set (``examples/configs/estimators/default_estimators.yaml`` at
-v0.7.0) opens with three that need nothing but the greedy answer's token records:
+lm-polygraph 0.7.0's default estimator set is ``examples/configs/estimators/default_estimators.yaml``
+(50 entries). :data:`ESTIMATORS` are the entries computable from the model and its answers alone,
+each run through the library's own class (``Estimator.__call__(stats)``) on a ``stats`` dict built
+here from sleight's model layer, and each reported as its own column (named by the estimator's
+``str()``). :data:`SKIPPED` are the entries that need something this package cannot compute (an NLI
+or cross-encoder model, a training set, an IDF corpus, attention weights or hidden states), each
+with its reason; a run names them in its notes.
 
-* ``MaximumSequenceProbability`` -- ``-Σ log p(y_t | y_<t, x)`` (``estimators/max_probability.py``);
-* ``Perplexity`` -- ``-mean log p(y_t | y_<t, x)`` (``estimators/perplexity.py``);
-* ``MeanTokenEntropy`` -- the mean over the answer's positions of the entropy of the full next-token
-  distribution (``estimators/token_entropy.py``, fed by ``EntropyCalculator``).
+The statistics, as lm-polygraph's calculators define them:
 
-All three are uncertainties: higher means less sure, so ``-estimate`` is the confidence ranked
-against correctness. As in lm-polygraph's ``GreedyProbsCalculator``, an answer that ended by the
-model's choice includes its end-of-sequence token (log-probability and entropy at that position);
-an answer cut by the budget has none. The records come from the model's own greedy decode (plain
-log-softmax; lm-polygraph additionally masks EOS for the first two steps, ``min_new_tokens=2``).
+* ``greedy_tokens``, ``greedy_log_likelihoods``, ``entropy`` -- the greedy answer's token ids, each
+  token's log-probability and the entropy of the full next-token distribution at its position; an
+  answer that ended by the model's choice includes its end-of-sequence token, as
+  ``GreedyProbsCalculator`` does (``stat_calculators/greedy_probs.py`` 152-178), one cut by the budget
+  has none. Plain log-softmax: the library also masks EOS in the first two steps (``min_new_tokens=2``).
+* ``greedy_log_probs`` -- the full log-softmax at each of those positions (only engines that can
+  ship a whole vocabulary to Python: ``next_token_logprobs``; else the four estimators that need it
+  are skipped with a note).
+* ``greedy_lm_log_likelihoods`` -- ``log p(y_t | y_<t)``, the answer's tokens without the question
+  (``GreedyLMProbsCalculator``'s docstring, ``stat_calculators/greedy_lm_probs.py`` 35-38); NaN at
+  ``t = 0``, which both estimators that read it leave out. The library's calculator re-tokenises the
+  decoded answer through ``model.tokenize`` (the chat template, for an instruct model) and reads the
+  logit row of each token's own position; that is not reproduced.
+* ``sample_tokens``, ``sample_texts``, ``sample_log_likelihoods``, ``sample_log_probs`` --
+  ``SamplingGenerationCalculator`` (``stat_calculators/sample.py`` 140-229): ``samples_n`` answers
+  sampled per question (default 10, line 149) with the library's sampling parameters
+  (:class:`~sleight.readout.ptrue.answers.Sampling`, ``min_new_tokens=2``); per sample the drawn
+  tokens before EOS, their log-probabilities under the unwarped model (EOS masked in the first two
+  steps, as the library's scores processor sees them), and their sum *including* the EOS token.
+  Drawn as :func:`~sleight.readout.ptrue.answers.sampled_answers` draws (top-k read, numpy stream per
+  question and sample).
+* ``p_true`` -- the Library P(True) readout (:mod:`.readouts`); ``p_true_sampling`` -- the same
+  reading of ``SamplingPromptCalculator``'s prompt (``stat_calculators/prompt.py`` 130-145), the
+  samples joined by ``", "``.
 
-Where lm-polygraph is installed (``pip install 'sleight[polygraph]'``), its own estimator classes are
-applied to the same records and theirs are the values reported (:func:`estimate`); without it the
-three are computed here. Other members of its default set need more than the answer's tokens
-(sampling, an NLI model, hidden states, a training set) and are not computed.
+Where lm-polygraph is not installed, only :data:`TOKEN_ESTIMATORS` are computed, here; each of them
+is held equal to the library's class on the same statistics (``tests/test_estimators.py``).
+All values are uncertainties: higher means less sure, so ``-value`` is the confidence ranked against
+correctness.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from sleight.backends.base import Generation, LanguageModel
+from sleight.readout.ptrue.answers import Sampling, sampling_probs
+from sleight.readout.ptrue.readouts import polygraph_logprob
+
+POLYGRAPH_VERSION = "0.7.0"
+DEFAULT_SAMPLES = 10  # SamplingGenerationCalculator(samples_n=10), stat_calculators/sample.py line 149
+PTRUE_SAMPLING_TEMPLATE = (
+    "Question: {q}\n Here are some ideas that were brainstormed: {s}\n Possible answer:{a}\n "
+    "Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
+)  # SamplingPromptCalculator, stat_calculators/prompt.py 139-142
 
 
 @dataclass(frozen=True)
@@ -39,6 +70,9 @@ class AnswerTokens:
     logprobs: tuple[float, ...]
     entropies: tuple[float, ...]
     ended: bool  # the model chose to stop (its end-of-sequence token is the last record)
+
+
+# -- the project's own three (kept: tests/test_estimators.py holds them equal to the library's) ---
 
 
 def maximum_sequence_probability(a: AnswerTokens) -> float:
@@ -60,6 +94,97 @@ TOKEN_ESTIMATORS: dict[str, Callable[[AnswerTokens], float]] = {
 }
 
 
+# -- lm-polygraph's default set ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EstimatorEntry:
+    """One entry of ``default_estimators.yaml`` (v0.7.0): the library class, its config, its lines."""
+
+    column: str  # the estimator's str(): the column it is reported under
+    cls: str
+    lines: str  # lines of examples/configs/estimators/default_estimators.yaml at v0.7.0
+    needs: str  # "greedy" | "distributions" | "samples" | "ptrue" | "ptrue_sampling"
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Any:
+        import lm_polygraph.estimators as lib  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+        return getattr(lib, self.cls)(**dict(self.kwargs))
+
+
+def _lex(metric: str, lines: str) -> EstimatorEntry:
+    return EstimatorEntry(f"LexicalSimilarity_{metric}", "LexicalSimilarity", lines, "samples", {"metric": metric})
+
+
+def _jaccard(cls: str, lines: str) -> EstimatorEntry:
+    return EstimatorEntry(f"{cls}_Jaccard_score", cls, lines, "samples", {"similarity_score": "Jaccard_score"})
+
+
+ESTIMATORS: tuple[EstimatorEntry, ...] = (
+    EstimatorEntry("MaximumSequenceProbability", "MaximumSequenceProbability", "1", "greedy"),
+    EstimatorEntry("Perplexity", "Perplexity", "2", "greedy"),
+    EstimatorEntry("MeanTokenEntropy", "MeanTokenEntropy", "3", "greedy"),
+    EstimatorEntry("MeanPointwiseMutualInformation", "MeanPointwiseMutualInformation", "4", "greedy"),
+    EstimatorEntry("SelfCertainty", "SelfCertainty", "5", "distributions"),
+    EstimatorEntry("MeanConditionalPointwiseMutualInformation", "MeanConditionalPointwiseMutualInformation", "6", "greedy"),
+    EstimatorEntry("PTrue", "PTrue", "8", "ptrue"),
+    EstimatorEntry("PTrueSampling", "PTrueSampling", "9", "ptrue_sampling"),
+    EstimatorEntry("MonteCarloSequenceEntropy", "MonteCarloSequenceEntropy", "10", "samples"),
+    EstimatorEntry("MonteCarloNormalizedSequenceEntropy", "MonteCarloNormalizedSequenceEntropy", "11", "samples"),
+    _lex("rouge1", "12-14"),
+    _lex("rouge2", "15-17"),
+    _lex("rougeL", "18-20"),
+    _lex("BLEU", "21-23"),
+    _jaccard("EigValLaplacian", "33-35"),
+    _jaccard("DegMat", "44-46"),
+    _jaccard("Eccentricity", "55-57"),
+    EstimatorEntry("RenyiNeg", "RenyiNeg", "68", "distributions"),
+    EstimatorEntry("FisherRao", "FisherRao", "69", "distributions"),
+    EstimatorEntry("BoostedProbSequence", "BoostedProbSequence", "107", "distributions"),
+)
+ESTIMATOR_COLUMNS: tuple[str, ...] = tuple(e.column for e in ESTIMATORS)
+
+# The other entries of default_estimators.yaml (v0.7.0), with what each needs that is not computed here.
+_NLI = "an NLI model (DeBERTa-large-MNLI from the hub) over the samples"
+SKIPPED: tuple[tuple[str, str, str], ...] = (
+    ("ClaimConditionedProbability", "7", "an NLI model over the greedy answer's alternatives (greedy_tokens_alternatives_nli)"),
+    ("NumSemSets", "24", _NLI),
+    ("EigValLaplacian (NLI_score, entail and contra)", "25-32", _NLI),
+    ("DegMat (NLI_score, entail and contra)", "36-43", _NLI),
+    ("Eccentricity (NLI_score, entail and contra)", "47-54", _NLI),
+    ("SemanticEntropy (both entropy estimations)", "58-61", _NLI + " (semantic classes)"),
+    ("SAR, TokenSAR, SentenceSAR", "62-64", "a cross-encoder similarity model"),
+    ("LUQ, KernelLanguageEntropy", "65-66", _NLI),
+    ("EigenScore", "67", "the model's hidden states for each sample (no engine here reports hidden states)"),
+    ("MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq (MD, RMD)", "70-78", "a training set's embeddings"),
+    ("Focus", "79-90", "an IDF table from a 100M-token corpus (RedPajama) and spaCy's en_core_web_sm"),
+    ("AttentionScore, RAUQ (both), CSL", "91-102", "the model's attention weights (no engine here reports them)"),
+    ("CocoaMSP, CocoaPPL, CocoaMTE", "103-105", "a cross-encoder similarity between the greedy answer and the samples"),
+    ("SemanticDensity", "106", _NLI),
+)
+
+
+def polygraph_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("lm-polygraph")
+    except Exception:  # not installed
+        return None
+
+
+def polygraph_available() -> bool:
+    try:
+        import lm_polygraph.estimators  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- the statistics -----------------------------------------------------------------------------------
+
+
 def answer_tokens(model: LanguageModel, prompts: Sequence[Sequence[int]], gens: Sequence[Generation]) -> list[AnswerTokens]:
     """Token records of greedy answers; for an answer that stopped, one more read at its end gives
     the end-of-sequence token's log-probability and the entropy there (one batched pass)."""
@@ -78,34 +203,204 @@ def answer_tokens(model: LanguageModel, prompts: Sequence[Sequence[int]], gens: 
     return out
 
 
-def polygraph_estimators() -> dict[str, Any] | None:
-    """lm-polygraph's own estimator objects for the three, or None when it is not installed."""
-    try:
-        from lm_polygraph.estimators import MaximumSequenceProbability, MeanTokenEntropy, Perplexity  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return {str(e): e for e in (MaximumSequenceProbability(), Perplexity(), MeanTokenEntropy())}
-
-
-def polygraph_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("lm-polygraph")
-    except Exception:  # not installed
-        return None
-
-
-def estimate(answers: Sequence[AnswerTokens], *, use_polygraph: bool = True) -> tuple[dict[str, np.ndarray], str]:
-    """Each estimator's value per answer, and who computed them (``lm-polygraph X`` or ``sleight``)."""
-    stats = {
+def greedy_stats(answers: Sequence[AnswerTokens]) -> dict[str, Any]:
+    """``greedy_tokens``, ``greedy_log_likelihoods`` and ``entropy`` from the greedy records (float64)."""
+    return {
+        "greedy_tokens": [list(a.token_ids) for a in answers],
         "greedy_log_likelihoods": [np.asarray(a.logprobs, dtype=np.float64) for a in answers],
         "entropy": [np.asarray(a.entropies, dtype=np.float64) for a in answers],
     }
-    lib = polygraph_estimators() if use_polygraph else None
-    if lib is not None:
-        return {name: np.asarray(est(stats), dtype=np.float64) for name, est in lib.items()}, f"lm-polygraph {polygraph_version()}"
-    return {name: np.asarray([fn(a) for a in answers], dtype=np.float64) for name, fn in TOKEN_ESTIMATORS.items()}, "sleight"
+
+
+def lm_log_likelihoods(model: LanguageModel, answers: Sequence[AnswerTokens]) -> list[np.ndarray]:
+    """``greedy_lm_log_likelihoods``: ``log p(y_t | y_<t)`` of each answer's tokens without the question
+    (NaN at ``t = 0``, where there is no context)."""
+    out = []
+    for a in answers:
+        ids = list(a.token_ids)
+        rest = model.continuation_logprobs(ids[:1], [ids[1:]])[0] if len(ids) > 1 else np.zeros(0)
+        out.append(np.concatenate([[np.nan], np.asarray(rest, dtype=np.float64)]))
+    return out
+
+
+def greedy_distributions(model: LanguageModel, prompts: Sequence[Sequence[int]], answers: Sequence[AnswerTokens]) -> list[np.ndarray] | None:
+    """``greedy_log_probs``: the full log-softmax (float64) at each answer position, or None where the
+    engine cannot ship a whole vocabulary (no ``next_token_logprobs``)."""
+    read = getattr(model, "next_token_logprobs", None)
+    if read is None:
+        return None
+    seqs = [list(p) + list(a.token_ids[:k]) for p, a in zip(prompts, answers) for k in range(len(a.token_ids))]
+    rows = np.asarray(read(seqs), dtype=np.float64) if seqs else np.zeros((0, model.vocab_size))
+    out, at = [], 0
+    for a in answers:
+        out.append(rows[at : at + len(a.token_ids)])
+        at += len(a.token_ids)
+    return out
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One question's sampled answers, as ``SamplingGenerationCalculator`` records them."""
+
+    tokens: tuple[tuple[int, ...], ...]  # per sample, the tokens before EOS
+    log_likelihoods: tuple[tuple[float, ...], ...]  # per sample, those tokens' log-probabilities
+    log_probs: tuple[float, ...]  # per sample, their sum plus the EOS token's where it ended
+    texts: tuple[str, ...]
+
+
+def sample_answers(
+    model: LanguageModel,
+    prompts: Sequence[Sequence[int]],
+    keys: Sequence[str],
+    n: int,
+    max_new_tokens: int,
+    sampling: Sampling,
+) -> list[Samples]:
+    """``n`` sampled answers per prompt, drawn as :func:`~sleight.readout.ptrue.answers.sampled_answers`
+    draws (the engine's top-k, ``sampling_probs``), each from its own numpy stream
+    ``[seed, crc32(key), j]``; one ``read_next`` over every live sample per step.
+
+    The recorded log-probability is the model's own (unwarped), with the EOS ids masked in the first
+    ``min_new_tokens`` steps as the library's scores processor sees them (:func:`polygraph_logprob`).
+    A sample with no token before EOS is dropped, as the library drops it."""
+    sampling.check()
+    eos = sorted(model.eos_ids)
+    rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
+    rngs = [np.random.default_rng([sampling.seed, zlib.crc32(keys[i].encode()), j]) for i, j in rows]
+    toks: list[list[int]] = [[] for _ in rows]
+    lls: list[list[float]] = [[] for _ in rows]
+    total = [0.0] * len(rows)
+    live = list(range(len(rows)))
+    for step in range(max_new_tokens):
+        if not live:
+            break
+        reads = model.read_next([list(prompts[rows[r][0]]) + toks[r] for r in live], [eos] * len(live), top_k=sampling.top_k + len(eos))
+        still = []
+        for r, rd in zip(live, reads):
+            ids, lps = np.asarray(rd.top_ids), np.asarray(rd.top_logprobs, dtype=np.float64)
+            masked = step < sampling.min_new_tokens
+            if masked:
+                keep = ~np.isin(ids, eos)
+                ids, lps = ids[keep], lps[keep]
+            ids, lps = ids[: sampling.top_k], lps[: sampling.top_k]
+            k = int(rngs[r].choice(ids.size, p=sampling_probs(lps, sampling)))
+            tok = int(ids[k])
+            lp = polygraph_logprob(float(lps[k]), [float(v) for v in rd.logprobs]) if masked else float(lps[k])
+            total[r] += lp
+            if tok in model.eos_ids:
+                continue
+            toks[r].append(tok)
+            lls[r].append(lp)
+            still.append(r)
+        live = still
+    out = []
+    for i in range(len(prompts)):
+        kept = [r for r, (q, _) in enumerate(rows) if q == i and toks[r]]
+        out.append(
+            Samples(
+                tuple(tuple(toks[r]) for r in kept),
+                tuple(tuple(lls[r]) for r in kept),
+                tuple(total[r] for r in kept),
+                tuple(model.decode(toks[r]) for r in kept),
+            )
+        )
+    return out
+
+
+def sample_stats(samples: Sequence[Samples]) -> dict[str, Any]:
+    return {
+        "sample_tokens": [[list(t) for t in s.tokens] for s in samples],
+        "sample_texts": [list(s.texts) for s in samples],
+        "sample_log_likelihoods": [[list(v) for v in s.log_likelihoods] for s in samples],
+        "sample_log_probs": [list(s.log_probs) for s in samples],
+    }
+
+
+def ptrue_sampling_logprobs(
+    model: LanguageModel, questions: Sequence[str], answers: Sequence[str], samples: Sequence[Samples], *, instruct: bool = True
+) -> np.ndarray:
+    """``p_true_sampling``: log p(``True``) at the next position of ``SamplingPromptCalculator``'s
+    prompt, read as the Library readout reads its own (the first id of ``True`` encoded alone, EOS
+    masked: :func:`polygraph_logprob`)."""
+    true_id = model.encode("True")[0]
+    eos = sorted(model.eos_ids)
+    prompts = [PTRUE_SAMPLING_TEMPLATE.format(q=q, s=", ".join(s.texts), a=a) for q, a, s in zip(questions, answers, samples)]
+    ctx = [model.render_chat([{"role": "user", "content": p}]).text if instruct else p for p in prompts]
+    reads = model.read_next([model.encode(c) for c in ctx], [[true_id, *eos]] * len(ctx), top_k=1)
+    return np.asarray([polygraph_logprob(float(r.logprobs[0]), [float(v) for v in r.logprobs[1:]]) for r in reads], dtype=np.float64)
+
+
+# -- the values -----------------------------------------------------------------------------------------
+
+
+def library_values(stats: Mapping[str, Any], entries: Sequence[EstimatorEntry] = ESTIMATORS) -> dict[str, np.ndarray]:
+    """Each entry's value per answer, computed by lm-polygraph's own class on ``stats`` (nltk's BLEU
+    warns on every pair without 3- or 4-gram overlaps; those warnings are silenced)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return {e.column: np.asarray(e.build()(dict(stats)), dtype=np.float64) for e in entries}
+
+
+def own_values(answers: Sequence[AnswerTokens]) -> dict[str, np.ndarray]:
+    """The three computed here (where lm-polygraph is not installed, or not asked for)."""
+    return {name: np.asarray([fn(a) for a in answers], dtype=np.float64) for name, fn in TOKEN_ESTIMATORS.items()}
+
+
+DISTRIBUTION_CHUNK = 16  # answers whose full distributions are held at once (V floats per token)
+
+
+def estimate(
+    model: LanguageModel,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[AnswerTokens],
+    *,
+    questions: Sequence[str],
+    answer_texts: Sequence[str],
+    keys: Sequence[str],
+    p_true: Sequence[float] | np.ndarray,
+    instruct: bool = True,
+    max_new_tokens: int = 32,
+    samples: int = DEFAULT_SAMPLES,
+    sampling: Sampling | None = None,
+    use_polygraph: bool = True,
+) -> tuple[dict[str, np.ndarray], str, list[str]]:
+    """Each estimator's value per answer, who computed them (``lm-polygraph X`` or ``sleight``), and
+    one note per default entry not computed (with its reason)."""
+    if not (use_polygraph and polygraph_available()):
+        why = "lm-polygraph not installed" if use_polygraph else "lm-polygraph not asked for"
+        notes = [f"{e.column}: not computed ({why}; pip install 'sleight[polygraph]')" for e in ESTIMATORS if e.column not in TOKEN_ESTIMATORS]
+        return own_values(answers), "sleight", notes + skipped_notes()
+    stats: dict[str, Any] = {**greedy_stats(answers), "greedy_lm_log_likelihoods": lm_log_likelihoods(model, answers)}
+    stats["p_true"] = np.asarray(p_true, dtype=np.float64)
+    entries = [e for e in ESTIMATORS if e.needs in ("greedy", "ptrue")]
+    notes = []
+    if samples > 1:
+        drawn = sample_answers(model, prompts, keys, samples, max_new_tokens, sampling or Sampling())
+        stats.update(sample_stats(drawn))
+        stats["p_true_sampling"] = ptrue_sampling_logprobs(model, questions, answer_texts, drawn, instruct=instruct)
+        entries += [e for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]
+    else:
+        notes += [f"{e.column}: not computed (needs at least 2 samples per question)" for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]
+    values = library_values(stats, entries)
+    full = [e for e in ESTIMATORS if e.needs == "distributions"]
+    if getattr(model, "next_token_logprobs", None) is None:
+        notes += [f"{e.column}: not computed (needs the full next-token distribution, which this engine does not ship)" for e in full]
+    else:
+        parts: dict[str, list[np.ndarray]] = {e.column: [] for e in full}
+        for at in range(0, len(answers), DISTRIBUTION_CHUNK):
+            chunk = answers[at : at + DISTRIBUTION_CHUNK]
+            sub = {"greedy_tokens": stats["greedy_tokens"][at : at + DISTRIBUTION_CHUNK], "greedy_log_probs": greedy_distributions(model, prompts[at : at + DISTRIBUTION_CHUNK], chunk)}
+            for col, v in library_values(sub, full).items():
+                parts[col].append(v)
+        values.update({col: np.concatenate(v) if v else np.zeros(0) for col, v in parts.items()})
+    ordered = {e.column: values[e.column] for e in ESTIMATORS if e.column in values}
+    return ordered, f"lm-polygraph {polygraph_version()}", notes + skipped_notes()
+
+
+def skipped_notes() -> list[str]:
+    return [f"{name} (default_estimators.yaml {lines}): skipped, needs {why}" for name, lines, why in SKIPPED]
 
 
 def comparison(
