@@ -94,10 +94,23 @@ class Generation:
     forced: np.ndarray  # (n,) bool
     finish_reason: str  # "stop" (end-of-sequence chosen) or "length" (budget spent)
     edits: list[int] = field(default_factory=list)  # output index of the first token of each edit
+    end: EndStep | None = None  # "stop": the step that chose end-of-sequence, where the engine records it
 
     @property
     def surprisal(self) -> np.ndarray:
         return -self.logprobs
+
+
+@dataclass(frozen=True)
+class EndStep:
+    """The step at which a reply chose end-of-sequence (not one of its tokens): the id chosen and
+    that position's records, so a caller that keeps the end-of-turn token needs no scoring pass."""
+
+    token_id: int
+    logprob: float
+    top_ids: np.ndarray  # (k,)
+    top_logprobs: np.ndarray  # (k,)
+    entropy: float
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sleight.backends.base import Completion, Edit, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
+from sleight.backends.base import Completion, Edit, EndStep, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.kv_slab import SlabCache, slab_supported
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
@@ -81,6 +81,7 @@ class _Row:
     end_checked: bool = False
     done: bool = False
     finish: str = "length"
+    end: EndStep | None = None  # the step that chose end-of-sequence
     max_new: int = 0  # this row's budget of new tokens
     hook: _HookFn | None = None
     hook_row: int = 0  # the row index the hook knows this row by
@@ -96,6 +97,7 @@ class _Row:
             forced=np.asarray(self.forced, dtype=bool),
             finish_reason=self.finish,
             edits=self.edits,
+            end=self.end,
         )
 
     def retract(self, n: int) -> list[int]:
@@ -178,6 +180,7 @@ class _DecodeState:
                 off += self.apply_edit(r, edit)
             elif proposed in self.eos:
                 row.done, row.finish = True, "stop"
+                row.end = self.end_step(r, proposed)
             else:
                 self.accept(r, proposed, forced=False)
         if not row.done and len(row.out) >= row.max_new and not row.queue:
@@ -189,6 +192,12 @@ class _DecodeState:
             if not row.queue:
                 row.done, row.finish = True, "length"
         return off
+
+    def end_step(self, r: int, tok: int) -> EndStep:
+        """This step's records for row ``r``, which chose end-of-sequence ``tok``."""
+        kept = self._kept[self.step]
+        b, rec = kept.batch[r], kept.records
+        return EndStep(tok, float(rec.lp[b, tok]), rec.top_ids[b], rec.top_lp[b], float(rec.entropy[b]))
 
     def accept(self, r: int, tok: int, *, forced: bool, step: int | None = None) -> None:
         """Append ``tok`` to row ``r`` at this step's cache column, recorded from the distribution

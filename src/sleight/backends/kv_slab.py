@@ -22,6 +22,14 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 _SPARE = 128  # columns reserved past what is needed when a buffer grows
 
 
+def _with_room(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s columns copied once into a buffer with spare ones after them: a batch that loses
+    rows, gains rows or is trimmed is copied once, not once more at its next step."""
+    buf = t.new_empty((*t.shape[:-2], t.shape[-2] + _SPARE, t.shape[-1]))
+    buf[..., : t.shape[-2], :] = t
+    return buf
+
+
 class SlabLayer(DynamicLayer):
     """One layer's keys and values in a ``(batch, heads, capacity, dim)`` buffer, ``length`` filled."""
 
@@ -38,7 +46,7 @@ class SlabLayer(DynamicLayer):
 
     @keys.setter
     def keys(self, value: torch.Tensor | None) -> None:
-        self._k = None if value is None else value.contiguous()
+        self._k = None if value is None else _with_room(value)
         self.length = 0 if value is None else int(value.shape[-2])
 
     @property
@@ -47,7 +55,7 @@ class SlabLayer(DynamicLayer):
 
     @values.setter
     def values(self, value: torch.Tensor | None) -> None:
-        self._v = None if value is None else value.contiguous()
+        self._v = None if value is None else _with_room(value)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -99,10 +107,9 @@ class SlabLayer(DynamicLayer):
             self.values = self.values.repeat_interleave(repeats, dim=0)  # type: ignore[union-attr]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (their filled columns, copied once into a fresh buffer)."""
-        if self.length:
-            self.keys = self.keys[indices, ...]  # type: ignore[index]
-            self.values = self.values[indices, ...]  # type: ignore[index]
+        """Keep the rows ``indices``: one copy of their rows of the buffer, its spare columns kept."""
+        if self.length and self._k is not None and self._v is not None:
+            self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
 
 
 class SlabCache(DynamicCache):

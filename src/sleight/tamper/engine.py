@@ -23,7 +23,7 @@ from functools import partial
 
 import numpy as np
 
-from sleight.backends.base import Edit, Generation, LanguageModel, Rendered, Scored
+from sleight.backends.base import Edit, EndStep, Generation, LanguageModel, Rendered, Scored
 from sleight.tamper.trigger import (
     Finder,
     Trigger,
@@ -303,20 +303,32 @@ def _scored_tail(sc: Scored, n: int, injected: bool, finish: str) -> Reply:
 
 
 def finish_replies(
-    model: LanguageModel, prompt: Sequence[int], replies: Sequence[Reply], tails: Sequence[Sequence[int]], top_k: int
+    model: LanguageModel,
+    prompt: Sequence[int],
+    replies: Sequence[Reply],
+    tails: Sequence[Sequence[int]],
+    top_k: int,
+    ends: Sequence[EndStep | None] | None = None,
 ) -> list[Reply]:
-    """Study conventions, for replies decoded by :meth:`greedy` (which records neither): a reply the
-    model ended keeps its end-of-turn token, as the study's vLLM output did, and ``tails[i]``, the
-    tokens of a substitute that the budget cut, are appended whole (injected), as the study spliced
-    them. Both are recorded by one teacher-forced :meth:`score_tokens` pass over the replies that
-    need it (its shared prefix computed once); the other records are the decoder's own."""
+    """Study conventions, for replies decoded by :meth:`greedy` (whose tokens record neither): a
+    reply the model ended keeps its end-of-turn token, as the study's vLLM output did, and
+    ``tails[i]``, the tokens of a substitute that the budget cut, are appended whole (injected), as
+    the study spliced them. The end-of-turn token takes the records of the step that chose it where
+    the decoder kept them (``ends[i]``, :class:`~sleight.backends.base.EndStep`); the rest are recorded
+    by one teacher-forced :meth:`score_tokens` pass over the replies that need it (its shared prefix
+    computed once); the other records are the decoder's own."""
     want: dict[int, tuple[list[int], bool]] = {}
-    for i, (r, tail) in enumerate(zip(replies, tails)):
+    out = list(replies)
+    for i, (r, tail, end) in enumerate(zip(replies, tails, ends or [None] * len(replies))):
         if tail:
             want[i] = (list(tail), True)
         elif r.finish_reason == "stop" and not r.eos_kept:
-            want[i] = ([end_placeholder(model)], False)
-    out = list(replies)
+            if end is None:
+                want[i] = ([end_placeholder(model)], False)
+            else:
+                step = Reply([end.token_id], np.array([end.logprob]), end.top_ids[None], end.top_logprobs[None],
+                             np.array([end.entropy], dtype=np.float32), np.array([False]), r.finish_reason)
+                out[i] = adopt_end(r.then(step), model.eos_ids)
     if not want:
         return out
     rows = sorted(want)
@@ -350,7 +362,7 @@ def finish_clean(model: LanguageModel, rendered: Rendered, gen: Generation, conf
     """A clean run from its decoded reply (however it was scheduled)."""
     reply = Reply.from_generation(gen)
     if config.study:
-        reply = finish_replies(model, rendered.ids, [reply], [()], config.top_k)[0]
+        reply = finish_replies(model, rendered.ids, [reply], [()], config.top_k, [gen.end])[0]
     return Clean(rendered=rendered, reply=reply, triggers=find_triggers(model, reply, config))
 
 
@@ -400,7 +412,8 @@ def collect_trials(model: LanguageModel, req: TrialRequest, gens: Sequence[Gener
         replies.append(reply)
         subs.append([req.firsts[i], *req.hook.substitutions[i]])
     if config.study:
-        replies = finish_replies(model, req.clean.rendered.ids, replies, [cut_tail(r, ss) for r, ss in zip(replies, subs)], config.top_k)
+        tails = [cut_tail(r, ss) for r, ss in zip(replies, subs)]
+        replies = finish_replies(model, req.clean.rendered.ids, replies, tails, config.top_k, [g.end for g in gens])
     return [Trial(i, s, r, ss) for i, (s, r, ss) in enumerate(zip(req.substitutes, replies, subs))]
 
 
@@ -429,7 +442,7 @@ def serial_trial(
     _check_injected(reply, hook.injected[0], 0)
     subs = hook.substitutions[0]
     if config.study:
-        reply = finish_replies(model, rendered.ids, [reply], [cut_tail(reply, subs)], config.top_k)[0]
+        reply = finish_replies(model, rendered.ids, [reply], [cut_tail(reply, subs)], config.top_k, [gen.end])[0]
     return Trial(0, substitute, reply, subs, untouched=not subs)
 
 
