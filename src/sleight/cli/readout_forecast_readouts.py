@@ -11,7 +11,7 @@ from sleight.errors import UserError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "forecast-readouts",
-        help="the reader forecast read six ways: original, stem, instruction deleted, another template with and without its stem, the continuation's number",
+        help="the reader forecast read eight ways: original, stem, instruction deleted, another template with and without its stem, the continuation's number, the short stems 'Number: ' and 'Forecast: '",
         description=(
             "Run the reader-forecast pipeline (notes, note-only reader, forecast), then read the forecast with the quoted "
             "instruction deleted, through an alternative template ({note}, {item}) with and without its stem, and from the "

@@ -66,6 +66,8 @@ def what_changed(variant: str) -> str:
         return f'In this prompt the quoted item\'s own instruction was replaced by this substituted instruction: "{instruction}"'
     if variant == "deleted_choices":
         return "In this prompt the quoted item's list of lettered choices was deleted."
+    if variant == "deleted_instruction_choices":
+        return "In this prompt the quoted item's own answer instruction and its list of lettered choices were both deleted."
     return "In this prompt the quoted item's own answer instruction was deleted."
 
 

@@ -261,6 +261,7 @@ def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
                 "setting": "constructed",
                 "item_id": base or i.id,
                 "question": str(i.meta.get("question_text", i.question or "")),
+                "deleted_question": i.meta.get("deleted_question"),  # the item's instruction deleted (the paper's Deleted)
                 "answer": str(i.meta.get("answer", "")),
                 "answer_source": "wrong" if tag == "false" else "gold",
                 "label": i.target,

@@ -14,7 +14,7 @@
   records of the preset it is used with, or, with no preset, audit items (``mmlu``, ``mmlu-pro``).
 
 Lettered records (``hf:race``, ``hf:mmlu``) used with ``--preset ptrue`` become question/answer pairs
-(:func:`sleight.readout.data.common.lettered_ptrue_records`): the gold choice and the first other one.
+(:func:`sleight.readout.data.common.lettered_ptrue_records`): the gold choice and a seeded draw of the others (``pipeline.printed_wrong_letter``).
 """
 
 from __future__ import annotations
