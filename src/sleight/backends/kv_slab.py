@@ -107,9 +107,20 @@ class SlabLayer(DynamicLayer):
             self.values = self.values.repeat_interleave(repeats, dim=0)  # type: ignore[union-attr]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices``: one copy of their rows of the buffer, its spare columns kept."""
-        if self.length and self._k is not None and self._v is not None:
+        """Keep the rows ``indices``. Ascending indices (rows retiring from a batch) are moved up
+        inside the same buffer, row by row, with no allocation: a batch loses a row or two at most
+        steps, and a fresh buffer each time costs as much as the copy it replaced."""
+        if not self.length or self._k is None or self._v is None:
+            return
+        keep = indices.tolist()
+        if keep != sorted(set(keep)):
             self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
+            return
+        for i, j in enumerate(keep):  # j >= i: row j is read before any later step writes it
+            if i != j:
+                self._k[i].copy_(self._k[j])
+                self._v[i].copy_(self._v[j])
+        self._k, self._v = self._k[: len(keep)], self._v[: len(keep)]
 
 
 class SlabCache(DynamicCache):
