@@ -4,6 +4,7 @@ questions) against the question-by-question order, in one process, on the same q
     python benchmarks/sweep.py                          # all 100 questions x 101 substitutes, sweep order only
     python benchmarks/sweep.py --questions 10 --baseline   # a seeded 10-question subset, both orders
     python benchmarks/sweep.py --questions 10 --live-rows 101,202,404   # the live-rows knob
+    python benchmarks/sweep.py --questions 10 --live-rows 0 --baseline  # the question order alone
     python benchmarks/sweep.py --questions 2 --substitutes 4 --max-new-tokens 16 --baseline   # smoke, seconds
 
 Each order runs ``sleight.tamper.runner.run_tamper`` (what ``sleight tamper run`` calls) into a fresh
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the subset's seed (default: 0)")
     ap.add_argument("--substitutes", type=int, default=101)
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--live-rows", default="202", help="comma-separated live-row bounds for the sweep order (default: 202)")
+    ap.add_argument("--live-rows", default="202", help="comma-separated live-row bounds for the sweep order; 0: no sweep-order run (default: 202)")
     ap.add_argument("--baseline", action="store_true", help="also run the question-by-question order and compare the trials")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: a temporary folder)")
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     SweepProgress.tokens = tokens  # type: ignore[method-assign]
     root = args.keep or Path(tempfile.mkdtemp(prefix="sleight-sweep-"))
-    orders = [("sweep", int(n)) for n in args.live_rows.split(",")] + ([("question", 0)] if args.baseline else [])
+    orders = [("sweep", int(n)) for n in args.live_rows.split(",") if int(n) > 0] + ([("question", 0)] if args.baseline else [])
     n_params = sum(p.numel() for p in model.model.parameters())
     peak, peak_how = cpu_peak_gflops(torch.get_num_threads())
     print(f"model {args.model}: {n_params / 1e6:.1f} M parameters; torch {torch.__version__}, {torch.get_num_threads()} threads; "
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {label:40s} {sec:8.1f} s  {sec / wall:5.1%}")
         gflops = 2 * n_params * tps / 1e9
         print(f"   engine: {gflops:.1f} GFLOP/s at 2 x parameters a token = {gflops / peak:.0%} of the CPU's {peak:.0f} GFLOP/s ({peak_how})")
-    if args.baseline and len(runs) > 1:
+    if "question" in runs and len(runs) > 1:
         ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
         for name, out in runs.items():
             if name == "question":

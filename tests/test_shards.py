@@ -3,9 +3,9 @@ the records of one unsharded run; a shard with another config is refused in one 
 part is named by the readers, set aside on resume and redone (real model, subprocesses).
 
 "The same records": every token, id, text and count identical, and the float records within the
-engine's noise. The sweep order (the default) decodes a shard's questions in other batches than the
-whole run's, and a row's floats move with its batch at the 1e-6 level (tests/tolerances.py); with
-``--schedule question`` the records are bit-identical (tests/test_schedule.py holds both orders)."""
+engine's noise: under ``--schedule sweep`` a shard's questions decode in other batches than the whole
+run's, and a row's floats move with its batch at the 1e-6 level (tests/tolerances.py); in the default
+question order they are bit-identical (tests/test_schedule.py holds both orders)."""
 
 from __future__ import annotations
 

@@ -60,9 +60,9 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
         "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
     )
     p.add_argument(
-        "--schedule", default="sweep", choices=["sweep", "question"],
-        help="sweep: all clean runs and every question's trials as requests to one continuously batched decode; "
-        "question: one question after the other (same records; default: sweep on hf lockstep, question otherwise)",
+        "--schedule", default="question", choices=["question", "sweep"],
+        help="question: one question after the other; sweep: all clean runs and every question's trials as requests to one "
+        "continuously batched decode (hf lockstep; same trials; slower on a 2-core CPU, see docs/results.md) (default: question)",
     )
     p.add_argument("--live-rows", type=int, default=None, metavar="N", help="sweep schedule: rows decoding together at most (default: 202)")
 
@@ -174,7 +174,7 @@ def execute(args: argparse.Namespace) -> list[str]:
     model = model_from_args(args)
     summary = run_tamper(
         model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard,
-        decoding=decoding, schedule=getattr(args, "schedule", "sweep"), live_rows=live_rows(args),
+        decoding=decoding, schedule=getattr(args, "schedule", "question"), live_rows=live_rows(args),
     )
     rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
     resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
