@@ -172,22 +172,23 @@ def run_tamper(
         prog.finish_item(n_sub, q.id)
 
     try:
-        if sweep and todo:
+        if sweep:
             prog.start_item(f"{len(todo)} questions, <= {live_rows} rows", None)
             work = [(i, prompts[questions[i].id]) for i in todo]
             for i, clean, trials in scheduled_questions(model, work, substitutes, config, live_rows=live_rows, progress=prog.tokens, stats=stream):
                 untouched += not clean.triggers
                 commit(i, clean, trials)
-        for i in [] if sweep else todo:
-            q = questions[i]
-            prog.start_item(f"{q.id} clean", config.max_new_tokens)
-            clean = decide[0](model, prompts[q.id], config, prog.tokens)
-            if clean.triggers:
-                prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
-            else:
-                untouched += 1
-                prog.start_item(f"{q.id} untouched", 0, new_item=False)
-            commit(i, clean, decide[1](model, clean, substitutes, config, prog.tokens))
+        else:
+            for i in todo:
+                q = questions[i]
+                prog.start_item(f"{q.id} clean", config.max_new_tokens)
+                clean = decide[0](model, prompts[q.id], config, prog.tokens)
+                if clean.triggers:
+                    prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
+                else:
+                    untouched += 1
+                    prog.start_item(f"{q.id} untouched", 0, new_item=False)
+                commit(i, clean, decide[1](model, clean, substitutes, config, prog.tokens))
         completed = True
     finally:
         prog.close()
