@@ -371,3 +371,18 @@ def lettered_ptrue_records(records: Sequence[Mapping[str, Any]]) -> list[dict[st
             pair["instruction"] = item.instruction_text
         out.append(pair)
     return out
+
+
+def fewshot_where(spec: Spec, eval_split: str, fewshot_split: str, hint: str) -> str:
+    """Where lm-polygraph's few-shot split is: ``fewshot=FILE``, the spec's folder (or the hub), or
+    the evaluation file's sibling with ``eval_split`` in its name replaced by ``fewshot_split``;
+    otherwise one line naming the file to pass (``hint``)."""
+    if "fewshot" in spec.params:
+        return spec.params["fewshot"]
+    path = Path(spec.where)
+    if spec.is_hub or path.is_dir():
+        return spec.where
+    sibling = path.with_name(path.name.replace(eval_split, fewshot_split))
+    if sibling != path and sibling.is_file():
+        return str(sibling)
+    raise UserError(f"--data '{spec.text}': {hint}")

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,10 +47,10 @@ from sleight.errors import UserError
 from sleight.readout.data.common import (
     DataSet,
     HubSplit,
-    Loaded,
     Spec,
     check_params,
     choice_param,
+    fewshot_where,
     int_param,
     lettered_ptrue_records,
     load_split,
@@ -59,6 +58,7 @@ from sleight.readout.data.common import (
 
 HUB = HubSplit("cais/mmlu", "all", "test", "c30699e8356da336a370243923dbaf21066bb9fe")
 FEWSHOT_SPLIT = "dev"
+MMLU_FEWSHOT_HINT = "lm-polygraph's few-shot examples come from cais/mmlu's dev split; add :fewshot=PATH/all/dev-00000-of-00001.parquet"
 PREBUILT = {v: HubSplit("LM-Polygraph/mmlu", v, "test", None) for v in ("simple_instruct", "continuation")}
 SEED = 1  # dataset_builders/builders/constants.py
 N_SHOT = 5
@@ -143,19 +143,6 @@ def polygraph_subsample(records: list[dict[str, Any]], size: int | None, seed: i
     return [records[int(i)] for i in rng.choice(len(records), size, replace=False)]
 
 
-def _fewshot_where(spec: Spec, loaded: Loaded) -> str:
-    """Where the few-shot split is: ``fewshot=FILE``, the spec's folder, or the test file's sibling."""
-    if "fewshot" in spec.params:
-        return spec.params["fewshot"]
-    path = Path(spec.where)
-    if spec.is_hub or path.is_dir():
-        return spec.where
-    sibling = path.with_name(path.name.replace("test", FEWSHOT_SPLIT))
-    if sibling != path and sibling.is_file():
-        return str(sibling)
-    raise UserError(f"--data '{spec.text}': lm-polygraph's few-shot examples come from cais/mmlu's dev split; add :fewshot=PATH/all/dev-00000-of-00001.parquet")
-
-
 def load(spec: Spec) -> DataSet:
     """``mmlu:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
     check_params(spec, ("variant", "subsample", "seed", "fewshot"))
@@ -169,7 +156,7 @@ def load(spec: Spec) -> DataSet:
         records = prebuilt_records(loaded.rows)
         prov.update(loaded.record(PREBUILT[variant]), layout="LM-Polygraph/mmlu")
     else:
-        dev = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=_fewshot_where(spec, loaded))
+        dev = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=fewshot_where(spec, "test", FEWSHOT_SPLIT, MMLU_FEWSHOT_HINT))
         records = polygraph_inputs(loaded.rows, dev.rows, variant)
         prov.update(loaded.record(HUB), layout="cais/mmlu", fewshot=dev.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, HUB.revision)))
     records = polygraph_subsample(records, size, seed)

@@ -31,17 +31,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Loaded, Spec, check_params, choice_param, int_param, load_split
+from sleight.readout.data.common import (
+    DataSet,
+    HubSplit,
+    Spec,
+    check_params,
+    choice_param,
+    fewshot_where,
+    int_param,
+    load_split,
+)
 from sleight.readout.data.mmlu import DEFAULT_EVAL_SEED, polygraph_subsample
 
 HUB = HubSplit("mandarjoshi/trivia_qa", "rc.nocontext", "validation", None)
 FEWSHOT_SPLIT = "train"
+TQA_FEWSHOT_HINT = "lm-polygraph's few-shot examples come from trivia_qa rc.nocontext's train split; add :fewshot=PATH/rc.nocontext/train-00000-of-00001.parquet"
 PREBUILT = {v: HubSplit("LM-Polygraph/triviaqa", v, "test", None) for v in ("simple_instruct", "continuation")}
 SEED = 1
 N_SHOT = 5
@@ -103,18 +112,6 @@ def prebuilt_records(rows: Sequence[Mapping[str, Any]], variant: str) -> list[di
     return _with_wrong(out)
 
 
-def _fewshot_where(spec: Spec, loaded: Loaded) -> str:
-    if "fewshot" in spec.params:
-        return spec.params["fewshot"]
-    path = Path(spec.where)
-    if spec.is_hub or path.is_dir():
-        return spec.where
-    sibling = path.with_name(path.name.replace("validation", FEWSHOT_SPLIT))
-    if sibling != path and sibling.is_file():
-        return str(sibling)
-    raise UserError(f"--data '{spec.text}': lm-polygraph's few-shot examples come from trivia_qa rc.nocontext's train split; add :fewshot=PATH/rc.nocontext/train-00000-of-00001.parquet")
-
-
 def load(spec: Spec) -> DataSet:
     """``triviaqa:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
     check_params(spec, ("variant", "subsample", "seed", "fewshot"))
@@ -128,7 +125,7 @@ def load(spec: Spec) -> DataSet:
         records = prebuilt_records(loaded.rows, variant)
         prov.update(loaded.record(PREBUILT[variant]), layout="LM-Polygraph/triviaqa")
     else:
-        train = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=_fewshot_where(spec, loaded))
+        train = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=fewshot_where(spec, "validation", FEWSHOT_SPLIT, TQA_FEWSHOT_HINT))
         records = polygraph_inputs(loaded.rows, train.rows, variant)
         prov.update(loaded.record(HUB), layout="trivia_qa rc.nocontext", fewshot=train.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, None)))
     records = polygraph_subsample(records, size, seed)
