@@ -1,6 +1,6 @@
 """The paper's data layer (sleight.readout.data), offline, on hub-layout fixture files.
 
-The fixtures (tests/fixtures/hub/, written by tests/fixtures/hub/build.py) have each hub dataset's own
+The fixtures (src/sleight/data/tables/fixtures/, written by tests/fixtures/hub/build.py) have each hub dataset's own
 columns at the path the hub stores the split under. Every test names the rule it holds: the paper's
 RACE-H filters and draw, or lm-polygraph 0.7.0's item construction (file and line at tag v0.7.0).
 """
@@ -20,7 +20,7 @@ from sleight.errors import UserError
 from sleight.readout.data import load_data, load_questions, qa_items, race_items
 from sleight.readout.data.race import MIN_WORDS, REVISION, word_count
 
-HUB = Path(__file__).resolve().parent / "fixtures" / "hub"
+HUB = Path(__file__).resolve().parents[1] / "src" / "sleight" / "data" / "tables" / "fixtures"
 RACE = HUB / "ehovy/race/high/test-00000-of-00001.parquet"
 MMLU = HUB / "cais/mmlu/all/test-00000-of-00001.parquet"
 MMLU_PREBUILT = HUB / "LM-Polygraph/mmlu/simple_instruct/test-00000-of-00001.parquet"
