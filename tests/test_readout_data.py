@@ -1,6 +1,6 @@
 """The paper's data layer (sleight.readout.data), offline, on hub-layout fixture files.
 
-The fixtures (src/sleight/data/tables/fixtures/, written by tests/fixtures/hub/build.py) have each hub dataset's own
+The fixtures (sleight.readout.data.fixtures, built on first use into the user cache) have each hub dataset's own
 columns at the path the hub stores the split under. Every test names the rule it holds: the paper's
 RACE-H filters and draw, or lm-polygraph 0.7.0's item construction (file and line at tag v0.7.0).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,9 +17,10 @@ import pytest
 
 from sleight.errors import UserError
 from sleight.readout.data import load_data, load_questions, qa_items, race_items
+from sleight.readout.data.fixtures import fixtures_dir
 from sleight.readout.data.race import MIN_WORDS, REVISION, word_count
 
-HUB = Path(__file__).resolve().parents[1] / "src" / "sleight" / "data" / "tables" / "fixtures"
+HUB = fixtures_dir()
 RACE = HUB / "ehovy/race/high/test-00000-of-00001.parquet"
 MMLU = HUB / "cais/mmlu/all/test-00000-of-00001.parquet"
 MMLU_PREBUILT = HUB / "LM-Polygraph/mmlu/simple_instruct/test-00000-of-00001.parquet"

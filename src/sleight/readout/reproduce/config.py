@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
+from sleight.readout.data.fixtures import fixtures_dir
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
-FIXTURES_DIR = TABLES_DIR / "fixtures"
 COMMANDS = ("forecast", "ptrue", "audit")
 METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean")  # bootstrapped on shared replicates
 STATS = ("median", "mean", "share", "count")  # descriptive, no interval
@@ -67,7 +67,7 @@ class RunSpec:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def fixture_spec(self) -> str:
-        return self.fixture_data.replace("{fixtures}", str(FIXTURES_DIR))
+        return self.fixture_data.replace("{fixtures}", str(fixtures_dir()))
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping
     if parsed.family not in FAMILIES_FOR[use]:
         raise r.fail(key, f"{parsed.family} data does not serve {use.replace(':', ' --preset ')} (it takes {', '.join(FAMILIES_FOR[use])})")
     if fixture:
-        path = Path(spec.replace("{fixtures}", str(FIXTURES_DIR)).split(":")[1])
+        path = Path(spec.replace("{fixtures}", str(fixtures_dir())).split(":")[1])
         if not path.exists():
             raise r.fail(key, f"fixture file not found: {path}")
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from sleight import rundir
 from sleight.errors import UserError
+from sleight.readout.data.fixtures import fixtures_dir
 from sleight.readout.reproduce.aggregate import TableResult, aggregate
 from sleight.readout.reproduce.config import (
-    FIXTURES_DIR,
     SOURCES,
     Checkpoint,
     RunSpec,
@@ -223,7 +223,7 @@ class ReproduceResult:
 
 
 def _short(spec: str) -> str:
-    return spec.replace(str(FIXTURES_DIR), "{fixtures}")
+    return spec.replace(str(fixtures_dir()), "{fixtures}")
 
 
 def reproduce(
