@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sleight.errors import UserError
+from sleight.readout.data.common import jsonl_objects
 
 DEFAULT_LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 
@@ -189,18 +190,7 @@ def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"items file not found: {p}")
-    out = []
-    for n, line in enumerate(read_text(p).split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{p.name} line {n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(rec, dict):
-            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        out.append((rec, where))
+    out = jsonl_objects(read_text(p), p.name)
     if not out:
         raise UserError(f"items file is empty: {p}")
     return out

@@ -166,18 +166,25 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(obj, list) or not all(isinstance(r, dict) for r in obj):
             raise UserError(f"{p.name}: expected a JSON list of row objects")
         return obj
-    rows = []
+    return [rec for rec, _ in jsonl_objects(text, p.name)]
+
+
+def jsonl_objects(text: str, name: str) -> list[tuple[dict[str, Any], str]]:
+    """Each non-blank line of a JSONL text as an object, with its ``name line N`` label; a line
+    that is not a JSON object is one UserError naming it."""
+    out = []
     for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
+        where = f"{name} line {n}"
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{p.name} line {n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(rec, dict):
-            raise UserError(f"{p.name} line {n}: expected a JSON object, got {type(rec).__name__}")
-        rows.append(rec)
-    return rows
+            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        out.append((rec, where))
+    return out
 
 
 def _read_csv(p: Path) -> list[dict[str, Any]]:
