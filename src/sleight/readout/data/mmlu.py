@@ -143,13 +143,18 @@ def polygraph_subsample(records: list[dict[str, Any]], size: int | None, seed: i
     return [records[int(i)] for i in rng.choice(len(records), size, replace=False)]
 
 
-def load(spec: Spec) -> DataSet:
-    """``mmlu:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
+def polygraph_params(spec: Spec, variants: Sequence[str]) -> tuple[str, int | None, int]:
+    """``variant``, ``subsample`` and ``seed`` of an lm-polygraph-built spec (MMLU, TriviaQA)."""
     check_params(spec, ("variant", "subsample", "seed", "fewshot"))
-    variant = choice_param(spec, "variant", "simple_instruct", VARIANTS)
-    size = int_param(spec, "subsample", None, minimum=1)
+    variant = choice_param(spec, "variant", "simple_instruct", tuple(variants))
     seed = int_param(spec, "seed", DEFAULT_EVAL_SEED)
     assert seed is not None
+    return variant, int_param(spec, "subsample", None, minimum=1), seed
+
+
+def load(spec: Spec) -> DataSet:
+    """``mmlu:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
+    variant, size, seed = polygraph_params(spec, VARIANTS)
     loaded = load_split(spec, HUB if not spec.is_hub else PREBUILT[variant])
     prov: dict[str, Any] = {"spec": spec.text, "family": "mmlu"}
     if loaded.rows and "input" in loaded.rows[0]:  # LM-Polygraph/mmlu as published: taken as it is

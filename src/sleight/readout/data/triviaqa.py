@@ -40,13 +40,10 @@ from sleight.readout.data.common import (
     DataSet,
     HubSplit,
     Spec,
-    check_params,
-    choice_param,
     fewshot_where,
-    int_param,
     load_split,
 )
-from sleight.readout.data.mmlu import DEFAULT_EVAL_SEED, polygraph_subsample
+from sleight.readout.data.mmlu import polygraph_params, polygraph_subsample
 
 HUB = HubSplit("mandarjoshi/trivia_qa", "rc.nocontext", "validation", None)
 FEWSHOT_SPLIT = "train"
@@ -114,11 +111,7 @@ def prebuilt_records(rows: Sequence[Mapping[str, Any]], variant: str) -> list[di
 
 def load(spec: Spec) -> DataSet:
     """``triviaqa:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
-    check_params(spec, ("variant", "subsample", "seed", "fewshot"))
-    variant = choice_param(spec, "variant", "simple_instruct", VARIANTS)
-    size = int_param(spec, "subsample", None, minimum=1)
-    seed = int_param(spec, "seed", DEFAULT_EVAL_SEED)
-    assert seed is not None
+    variant, size, seed = polygraph_params(spec, VARIANTS)
     loaded = load_split(spec, HUB if not spec.is_hub else PREBUILT[variant])
     prov: dict[str, Any] = {"spec": spec.text, "family": "triviaqa"}
     if loaded.rows and "input" in loaded.rows[0]:
