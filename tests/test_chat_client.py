@@ -156,3 +156,25 @@ def test_requests_in_flight_are_bounded_by_concurrency():
         out = c.chat_many([MSG] * 9)
         assert [r.text for r in out] == ["x"] * 9
         assert srv.max_in_flight == 3
+
+
+def test_judge_template_flags_reach_server_and_local_jurors():
+    """``--thinking`` / ``--chat-template-kwargs`` on a judge command: a server juror sends them as the
+    request's ``chat_template_kwargs`` (vLLM's server applies them), a local juror renders
+    with them; without the flags nothing is sent."""
+    import argparse
+
+    from sleight.cli.jury_args import add_jury_args, loader_from_args
+
+    p = argparse.ArgumentParser()
+    add_jury_args(p, max_tokens=8)
+    with FaultServer({"m": lambda b, n: reply("ok")}) as srv:
+        for flags, sent in (([], None), (["--thinking", "off"], {"enable_thinking": False}),
+                            (["--chat-template-kwargs", '{"date_string": "1 Jan 2025"}'], {"date_string": "1 Jan 2025"})):  # fmt: skip
+            juror = loader_from_args(p.parse_args(["--jury", srv.spec("m"), *flags]))(srv.spec("m"))
+            assert juror.chat(MSG, max_tokens=3).text == "ok"
+            assert srv.requests["m"][-1].get("chat_template_kwargs") == sent, flags
+    local = loader_from_args(p.parse_args(["--jury", "smollm2-135m-instruct", "--thinking", "off"]))("smollm2-135m-instruct")
+    assert dict(local.model.chat_template_kwargs) == {"enable_thinking": False}
+    with pytest.raises(UserError, match="--thinking on conflicts"):
+        loader_from_args(p.parse_args(["--jury", "x", "--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}']))

@@ -118,7 +118,9 @@ def test_argmax_disagreements_are_counted_on_model_chosen_tokens_only():
 @pytest.mark.slow
 def test_two_phase_equals_lockstep_on_longer_replies(model, questions):
     cfg = engine.TamperConfig(max_new_tokens=64)
-    for qid in ("q001", "q005", "q006", "q011"):
+    # q005: 61 tokens, four triggers (at 0, 4, 32, 39); q006: two triggers, then the end-of-turn token.
+    # (q011's long reply is in test_trigger_at_the_budget_end, q001's one-trigger reply in the vLLM tests.)
+    for qid in ("q005", "q006"):
         _, clean_l, clean_t, lock, tp = both(model, questions[qid], cfg, ["Mandela effect", "armchair", "stool", "wardrobe"])
         assert_same_reply(clean_l.reply, clean_t.reply)
         for a, b in zip(lock, tp):

@@ -3,7 +3,9 @@
 Every number is held against the hf engine on the same weights: generation token for token,
 ``read_next``, ``continuation_logprobs`` and ``score_tokens`` within the measured tolerances, a
 two-phase ``tamper run --engine vllm`` against the hf lockstep run, and the readout commands.
-The commands on ``--engine vllm`` are in tests/test_vllm_cli.py (a module of their own, so that this
+``readout ptrue`` runs here through the library (the command is the library call, bit for bit:
+tests/test_library_calls.py) on this module's engine. The other commands on ``--engine vllm`` are
+in tests/test_vllm_cli.py (a module of their own, so that this
 module's engine is shut down before theirs start), the judge path through vLLM's own OpenAI server in
 tests/test_vllm_server.py.
 """
@@ -19,7 +21,8 @@ import pytest
 from sleight.backends import load_model
 from sleight.backends import vllm as adapter
 from sleight.errors import UserError
-from tolerances import ENTROPY_ATOL, LOGPROB_ATOL
+from sleight.readout import downstream_run as dr
+from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -110,3 +113,16 @@ def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
     for s, w in zip(vmodel.score_tokens(prompts[0], replies), model.score_tokens(prompts[0], replies)):
         assert s.token_ids == w.token_ids
         np.testing.assert_allclose(s.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+
+
+def test_readout_ptrue_on_vllm_equals_hf(vmodel, model, tmp_path):
+    """``sleight readout ptrue --engine vllm`` (greedy answers, Library and the other readouts) against hf."""
+    config = dr.PTrueConfig(limit=2, B=2, max_new_tokens=8, continuation_tokens=2)
+    rows = {}
+    for name, m in (("hf", model), ("vllm", vmodel)):
+        rows[name] = dr.run_downstream(config, tmp_path / name, load_model=lambda m=m: m, progress=False).rows
+    a, b = rows["hf"], rows["vllm"]
+    key = lambda r: (r["setting"], r["item_id"], r["answer_source"], r["readout"], r["answer"])  # noqa: E731
+    assert len(a) == len(b) > 0 and [key(r) for r in a] == [key(r) for r in b]
+    for col, tol in (("score", LOGPROB_ATOL), ("option_mass", MASS_ATOL)):  # the Library readout's score is a log-prob
+        np.testing.assert_allclose([float(r[col]) for r in b], [float(r[col]) for r in a], atol=tol, err_msg=col)

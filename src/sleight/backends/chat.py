@@ -241,6 +241,7 @@ class OpenAIChat:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         seed: int | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -254,6 +255,8 @@ class OpenAIChat:
         self.top_logprobs = top_logprobs
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        # Sent as the request's ``chat_template_kwargs`` (vLLM's server applies them per request).
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.pool = _ConnectionPool(self.base_url, timeout_s, self.concurrency)
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
@@ -306,6 +309,8 @@ class OpenAIChat:
             body["top_logprobs"] = self.top_logprobs
         if response_format is not None:
             body["response_format"] = dict(response_format)
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return body
 
     def chat(

@@ -29,14 +29,7 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)")
-    p.add_argument(
-        "--chat-template-kwargs", default=None, metavar="JSON",
-        help='variables for the chat template, a JSON object applied to every render, e.g. \'{"enable_thinking": false}\' (recorded)',
-    )
-    p.add_argument(
-        "--thinking", default=None, choices=["on", "off"],
-        help="the chat template's enable_thinking (Qwen3 and other hybrid-thinking templates); shorthand for --chat-template-kwargs",
-    )
+    add_template_args(p)
     g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
     g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
     g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
@@ -48,6 +41,19 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     g.add_argument(
         "--kv-cache-gib", type=float, default=None, metavar="G",
         help="CPU: GiB of RAM vLLM reserves for its KV cache (default: 2; VLLM_CPU_KVCACHE_SPACE overrides)",
+    )
+
+
+def add_template_args(p: argparse.ArgumentParser, *, whose: str = "") -> None:
+    """``--chat-template-kwargs`` and ``--thinking``: the template variables every render applies
+    (read back by ``chat_template_kwargs_from_args``). ``whose`` names the models they reach."""
+    p.add_argument(
+        "--chat-template-kwargs", default=None, metavar="JSON",
+        help=f'variables for the chat template{whose}, a JSON object applied to every render, e.g. \'{{"enable_thinking": false}}\' (recorded)',
+    )
+    p.add_argument(
+        "--thinking", default=None, choices=["on", "off"],
+        help="the chat template's enable_thinking (Qwen3 and other hybrid-thinking templates); shorthand for --chat-template-kwargs",
     )
 
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from sleight.backends import ENGINES
+from sleight.cli.common import add_template_args, chat_template_kwargs_from_args
 
 
 def add_jury_args(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
@@ -30,19 +31,23 @@ def add_jury_args(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
     p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
     p.add_argument("--device", default="auto", help="device for local judges (default: auto)")
+    add_template_args(p, whose=" of every juror (local ones render with them; servers get them as chat_template_kwargs)")
 
 
 def loader_from_args(args: argparse.Namespace) -> Any:
     """``spec -> judge``: a checked server client, or a local model on the flags' engine and device."""
     device = None if args.device == "auto" else args.device
+    template_kwargs = chat_template_kwargs_from_args(args)
 
     def loader(spec: str) -> Any:
         from sleight.backends.chat import LocalChat, load_chat
 
         if spec.startswith("openai:"):
-            return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env)
+            return load_chat(spec, concurrency=args.concurrency, api_key_env=args.api_key_env, chat_template_kwargs=template_kwargs)
         from sleight.backends import load_model
 
-        return LocalChat(load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch_size, 1)))
+        return LocalChat(
+            load_model(spec, engine=args.engine, device=device, batch_size=max(args.batch_size, 1), chat_template_kwargs=template_kwargs)
+        )
 
     return loader
