@@ -9,6 +9,10 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 CHECK ?= 1
+# pytest-xdist workers for the suite (tests/conftest.py keeps each module on one worker and the
+# engine-starting modules together); WORKERS=0 runs it in one process.
+WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
 
 .PHONY: demo test test-deps test-fast test-kernels check lint docs install clean chromium
 
@@ -85,7 +89,7 @@ test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.serv
 
 test:
 	$(MAKE) --no-print-directory -j3 test-deps
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 	$(MAKE) --no-print-directory test-kernels
 ifneq ($(CHECK),0)
 	$(MAKE) --no-print-directory check
@@ -94,7 +98,7 @@ endif
 # The development tier: everything but the tests marked slow.
 test-fast:
 	$(MAKE) --no-print-directory -j3 test-deps
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The tests that compare floats, in their fast tier, under the other vectorised CPU kernel set this
 # CPU offers (ATEN_CPU_CAPABILITY avx2 on an AVX-512 CPU; none on an AVX2-only CPU, where forcing
@@ -108,7 +112,7 @@ test-kernels: install $(VENV)/.peers
 	ran=0; for k in $$($(BIN)/python benchmarks/noise.py --list-kernels); do \
 	  [ "$$k" = "$$own" ] || [ "$$k" = default ] && continue; ran=1; \
 	  echo "== numeric tests (fast tier) with ATEN_CPU_CAPABILITY=$$k (torch's own pick here: $$own)"; \
-	  ATEN_CPU_CAPABILITY=$$k $(BIN)/python -m pytest -q -m "not slow" $(NUMERIC_TESTS) || exit 1; \
+	  ATEN_CPU_CAPABILITY=$$k $(PYTEST) -m "not slow" $(NUMERIC_TESTS) || exit 1; \
 	done; \
 	[ $$ran = 1 ] || echo "== no other vectorised kernel set on this CPU (torch's pick: $$own); avx512 needs an AVX-512 CPU"
 

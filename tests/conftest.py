@@ -17,3 +17,18 @@ def model():
     from sleight.backends import load_model
 
     return load_model("smollm2-135m-instruct", batch_size=128)
+
+
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each module is one unit of work, so
+# its module-scoped fixtures (a real run, an audit) are built once, on one worker; the modules that
+# start engines of their own processes (vLLM's engine and OpenAI server, a local Ray cluster) are one
+# unit together, run one after another as in a serial run (never two such engines side by side on
+# the CPUs), and go first: the longest unit starts while the other worker takes the rest.
+ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_server.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in ENGINE_MODULES)  # stable: the order within each part stays
+    for item in items:
+        group = "engines" if item.path.name in ENGINE_MODULES else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))

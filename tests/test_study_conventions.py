@@ -309,27 +309,40 @@ def study_metrics(clean: list[Step], steps: list[Step], subs: list[int], window:
     return (None if ps is None else ps - base_s), (None if pe is None else pe - base_e)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("decoding", ["lockstep", "two-phase"])
-def test_the_default_equals_the_studys_loop(model, questions, decoding):
-    """Same tokens and swap count per trial, Δsurprisal and top-20 Δentropy within the issue's bar,
-    on replies that end before the budget (q001) and run to it, with a swap in the last window."""
-    budget = 40
-    subs = ["Mandela effect", "armchair"]
-    run = (engine.clean_run, engine.batched_trials) if decoding == "lockstep" else (two_phase.clean_run, two_phase.batched_trials)
-    ended = 0
+STUDY_BUDGET = 40
+STUDY_SUBS = ["Mandela effect", "armchair"]
+
+
+@pytest.fixture(scope="module")
+def study_runs(model, questions):
+    """The study's loop on q001 (ends before the budget) and q006 (runs to it, a swap in the last
+    window): per question the clean steps, and per substitute the steps, swap starts and metrics.
+    Computed once for both decodings."""
+    out = {}
     for qid in (SHORT, "q006"):
         rendered = engine.render_question(model, questions[qid])
-        clean = run[0](model, rendered, TamperConfig(max_new_tokens=budget))
-        trials = run[1](model, clean, subs, TamperConfig(max_new_tokens=budget))
-        table = trials_table("m", 0, qid, questions[qid], clean, trials, TamperConfig(max_new_tokens=budget), model.decode).to_pylist()
-        want_clean = _generate(model, rendered.ids, budget)
+        want_clean = _generate(model, rendered.ids, STUDY_BUDGET)
+        loops = [study_loop(model, rendered.ids, sub, STUDY_BUDGET) for sub in STUDY_SUBS]
+        out[qid] = (rendered, want_clean, [(steps, starts, study_metrics(want_clean, steps, starts)) for steps, starts in loops])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoding", ["lockstep", "two-phase"])
+def test_the_default_equals_the_studys_loop(model, questions, study_runs, decoding):
+    """Same tokens and swap count per trial, Δsurprisal and top-20 Δentropy within the issue's bar,
+    on replies that end before the budget (q001) and run to it, with a swap in the last window."""
+    cfg = TamperConfig(max_new_tokens=STUDY_BUDGET)
+    run = (engine.clean_run, engine.batched_trials) if decoding == "lockstep" else (two_phase.clean_run, two_phase.batched_trials)
+    ended = 0
+    for qid, (rendered, want_clean, loops) in study_runs.items():
+        clean = run[0](model, rendered, cfg)
+        trials = run[1](model, clean, STUDY_SUBS, cfg)
+        table = trials_table("m", 0, qid, questions[qid], clean, trials, cfg, model.decode).to_pylist()
         assert clean.reply.token_ids == [s.token for s in want_clean]
-        for sub, row in zip(subs, table):
-            steps, starts = study_loop(model, rendered.ids, sub, budget)
+        for sub, row, (steps, starts, (ds, de)) in zip(STUDY_SUBS, table, loops):
             assert row["token_ids"] == [s.token for s in steps], (qid, sub)
             assert row["n_swaps"] == row["n_substitutions"] == len(starts) and row["swap_steps"] == starts
-            ds, de = study_metrics(want_clean, steps, starts)
             assert abs(row["delta_surprisal"] - ds) < STUDY_ATOL and abs(row["delta_entropy"] - de) < STUDY_ATOL, (qid, sub)
             ended += row["finish_reason"] == "stop"
     assert ended, "some trial should end before the budget (its end-of-turn token in a window)"

@@ -125,4 +125,4 @@ def test_readout_ptrue_on_vllm_equals_hf(vmodel, model, tmp_path):
     key = lambda r: (r["setting"], r["item_id"], r["answer_source"], r["readout"], r["answer"])  # noqa: E731
     assert len(a) == len(b) > 0 and [key(r) for r in a] == [key(r) for r in b]
     for col, tol in (("score", LOGPROB_ATOL), ("option_mass", MASS_ATOL)):  # the Library readout's score is a log-prob
-        np.testing.assert_allclose([float(r[col]) for r in b], [float(r[col]) for r in a], atol=tol, err_msg=col)
+        np.testing.assert_allclose(np.array([r[col] for r in b], float), np.array([r[col] for r in a], float), atol=tol, err_msg=col)
