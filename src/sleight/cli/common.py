@@ -44,12 +44,12 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     )
 
 
-def add_template_args(p: argparse.ArgumentParser, *, whose: str = "") -> None:
+def add_template_args(p: argparse.ArgumentParser, *, where: str = " (recorded)") -> None:
     """``--chat-template-kwargs`` and ``--thinking``: the template variables every render applies
-    (read back by ``chat_template_kwargs_from_args``). ``whose`` names the models they reach."""
+    (read back by ``chat_template_kwargs_from_args``); ``where`` says where they go."""
     p.add_argument(
         "--chat-template-kwargs", default=None, metavar="JSON",
-        help=f'variables for the chat template{whose}, a JSON object applied to every render, e.g. \'{{"enable_thinking": false}}\' (recorded)',
+        help=f'variables for the chat template, a JSON object applied to every render{where}, e.g. \'{{"enable_thinking": false}}\'',
     )
     p.add_argument(
         "--thinking", default=None, choices=["on", "off"],

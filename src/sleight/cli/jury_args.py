@@ -31,7 +31,7 @@ def add_jury_args(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the endpoint key (default: OPENAI_API_KEY)")
     p.add_argument("--engine", default="hf", choices=ENGINES, help="engine for local judges (default: hf)")
     p.add_argument("--device", default="auto", help="device for local judges (default: auto)")
-    add_template_args(p, whose=" of every juror (local ones render with them; servers get them as chat_template_kwargs)")
+    add_template_args(p, where=" of every juror (a server juror gets them as the request's chat_template_kwargs)")
 
 
 def loader_from_args(args: argparse.Namespace) -> Any:
