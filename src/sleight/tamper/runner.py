@@ -172,7 +172,7 @@ def run_tamper(
         prog.finish_item(n_sub, q.id)
 
     try:
-        if sweep:
+        if sweep and todo:  # nothing left (a finished run again): no empty progress line
             prog.start_item(f"{len(todo)} questions, <= {live_rows} rows", None)
             work = [(i, prompts[questions[i].id]) for i in todo]
             for i, clean, trials in scheduled_questions(model, work, substitutes, config, live_rows=live_rows, progress=prog.tokens, stats=stream):
