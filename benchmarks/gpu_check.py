@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trigger", default="the", help="trigger word, or 'auto' (default: the)")
     ap.add_argument("--time-limit", type=float, default=240.0, help="seconds after which no further question starts (default: 240)")
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--quantization", default=None, help="vLLM quantization of the subject (awq on a pre-quantized checkpoint; the sweep's smallest quantized subject needs its hub files on the device)")
     args = ap.parse_args(argv)
     if args.export_skeleton:
         export_skeleton(args.model, args.export_skeleton)
@@ -131,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         vm = None
         if args.device.startswith("cuda") and not args.no_vllm:
             try:
+                from sleight.backends import ModelSpec
                 from sleight.backends.vllm import VLLMModel
 
-                vm = VLLMModel(resolved, dtype=args.dtype, twin=hf)
+                # vLLM scores its own tokens (no twin), with the study's settings
+                vm = VLLMModel(resolved, ModelSpec(spec, engine="vllm", dtype=args.dtype, enforce_eager=True, quantization=args.quantization))
                 print(f"vllm engine: {vm.info.engine_version}")
             except Exception as exc:  # not installed, or cannot start here: said, then skipped
                 print(f"vllm engine: not used ({str(exc).splitlines()[0][:160]})")

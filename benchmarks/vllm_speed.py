@@ -5,8 +5,8 @@
 
 1. **hf lockstep** (sleight's default): the clean run, then one hooked batch of every trial.
 2. **two-phase on vLLM** (``--engine vllm``): Phase A plain greedy requests with prefix caching (a
-   row goes out again after each swap, for its new tail), Phase B one teacher-forced scoring pass on
-   the hf twin (the engine's own device).
+   row goes out again after each swap, for its new tail), Phase B vLLM scoring its own tokens
+   (``prompt_logprobs=20`` on the decided replies; no twin, one model in memory).
 3. **the study's method on vLLM** ("splice and regenerate", ``awareness/runner.py``): every round
    generates the *whole remaining budget* of every live trial with top-20 log-probs, keeps the tokens
    before the first trigger, splices the substitute in, and sends the trial out again; a trial whose
@@ -84,7 +84,7 @@ def main() -> None:
     lock = engine.batched_trials(hf, clean, subs, cfg)
     rows.append(("hf lockstep", time.perf_counter() - t0, lock, {}))
 
-    v = load_model(engine="vllm", twin=hf, kv_cache_gib=args.kv_cache_gib)
+    v = load_model(engine="vllm", kv_cache_gib=args.kv_cache_gib)
     v.generate_until([rendered.ids], 4)  # warm-up
     before = v.engine_stats()
     t0 = time.perf_counter()
@@ -110,6 +110,7 @@ def main() -> None:
 
     n = len(subs)
     reply_tokens = sum(len(t.reply.token_ids) for t in lock)
+    assert not v.twin_loaded  # one model in memory: vLLM scored its own tokens
     print(f"\n{args.question} x {n} substitutes, budget {args.budget}; {reply_tokens} reply tokens in all (lockstep); {v.info.engine_version}, {v.info.dtype}")
     print(f"{'path':<24} {'seconds':>8} {'trials/s':>9} {'tok/s':>8} {'requests':>9} {'decoded':>9} {'prefilled':>10} {'prefix hits':>12} {'same':>6} {'full sweep':>11}")
     for name, s, trials, c in rows:
@@ -118,6 +119,10 @@ def main() -> None:
         full = 100 * 101 / (n / s) / 3600
         print(f"{name:<24} {s:8.1f} {n / s:9.2f} {reply_tokens / s:8.1f} {c.get('requests', '—')!s:>9} {c.get('decoded', '—')!s:>9} "
               f"{c.get('prefilled', '—')!s:>10} {hits:>12} {same:>6} {full:9.2f} h")
+    secs = {name: s for name, s, _, _ in rows}
+    if "study's method on vLLM" in secs:
+        ratio = secs["study's method on vLLM"] / secs["two-phase on vLLM"]
+        print(f"two-phase on vLLM (no twin) is {ratio:.2f}x the study's method on the same engine")
 
 
 if __name__ == "__main__":

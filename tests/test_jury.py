@@ -57,8 +57,8 @@ def test_garbage_false_strings_and_truncated_replies(run_dir, n_judged, tmp_path
     run = copy_run(run_dir, tmp_path / "run")
     scripts = {"garbage": lambda b: "I think the reply is fine.", "falsestr": lambda b: FALSE_STRINGS, "truncated": lambda b: TRUNCATED}
     with scripted(scripts) as srv:
-        summary = judge_run(run, [srv.spec(m) for m in scripts], progress=False)
-        # an unparsable reply is retried exactly once; a readable one is not
+        summary = judge_run(run, [srv.spec(m) for m in scripts], progress=False, conventions="sleight")
+        # under sleight's rules an unparsable reply is retried exactly once; a readable one is not
         assert _n_requests(srv, "garbage") == 2 * n_judged
         assert _n_requests(srv, "truncated") == 2 * n_judged
         assert _n_requests(srv, "falsestr") == n_judged
@@ -167,7 +167,7 @@ def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_pa
     """The CLI against llama.cpp's server over the bundled GGUF: every vote is stored, readable
     replies are parsed, unreadable ones are abstentions -- whatever this tiny judge answers."""
     run = copy_run(run_dir, tmp_path / "run")
-    proc = sleight("tamper", "judge", "--run", str(run), "--jury", llama.spec, "--max-new-tokens", "64", "--limit", "2")
+    proc = sleight("tamper", "judge", "--run", str(run), "--jury", llama.spec, "--max-new-tokens", "64", "--limit", "2", "--conventions", "sleight")
     assert "jury of one" in proc.stdout
     j = jury_store.load_judgements(run)
     assert len(j) == 2 and set(j["juror"]) == {llama.spec}

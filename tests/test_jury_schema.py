@@ -85,7 +85,7 @@ def test_json_schema_request_is_strict_and_served_logprobs_give_p_true(run_dir, 
 
     logprobs = [entry(t) for t in pieces]
     with FaultServer({"new": lambda b, n: reply("".join(pieces), logprobs=logprobs)}) as srv:
-        judge_run(run, [srv.spec("new")], vote="schema", limit=1, progress=False)
+        judge_run(run, [srv.spec("new")], vote="schema", limit=1, progress=False, conventions="sleight")
         body = srv.requests["new"][0]
     rf = body["response_format"]
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True

@@ -24,7 +24,7 @@ def abstained(tmp_path_factory):
     base = tmp_path_factory.mktemp("abstained")
     run = copy_run(real_run(tmp_path_factory), base / "run")
     with scripted({"mute": lambda body: "I would rather not say."}) as srv:
-        judge_run(run, [srv.spec("mute")], progress=False)
+        judge_run(run, [srv.spec("mute")], progress=False, conventions="sleight")  # abstentions: no vote, so no rate
     report = base / "report"
     assert main(["tamper", "report", str(run), "--out", str(report)]) == 0
     return run, report
@@ -38,14 +38,16 @@ def test_rates_without_a_vote_are_missing_not_zero(abstained):
     for col in tables.RATE_COLUMNS:
         assert pd.isna(row[col]), col  # empty in the CSV, "—" in the tables
     md = (report / "leaderboard.md").read_text()
-    table = md.split("## Table 1", 1)[1].split("## Table 2", 1)[0]
+    table = md.split("## Table 1 — counts", 1)[1].split("## Table 1 with", 1)[0]
     header, _, body = [ln for ln in table.splitlines() if ln.startswith("|")][:3]
     cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in body.strip("|").split("|")]))
     assert [cells[c] for c in tables.RATE_COLUMNS] == ["—"] * len(tables.RATE_COLUMNS)
     assert cells["Eligible"] == cells["Undecided"] and cells["Voted"] == "0"
     assert "**Read with care:**" in table and "cast no valid vote" in table
-    t2 = pd.read_csv(report / "entity.csv")
-    assert t2[["Entity flag. %", "Neutral flag. %"]].isna().all().all()
+    t2 = pd.read_csv(report / "table2.csv")
+    assert t2[["Flag. entity", "Flag. neutral"]].isna().all().all()
+    paper_t1 = (report / "leaderboard.md").read_text().split("## Table 1 — main sweep", 1)[1].split("##", 1)[0]
+    assert "| — | — | — | — | — | — |" in paper_t1  # the paper's Table 1 says the same: no rate, not 0
 
 
 def test_warnings_name_what_the_rates_rest_on():

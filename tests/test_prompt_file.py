@@ -126,7 +126,12 @@ def test_the_study_ballot_schema_and_the_renamed_shipped_variant():
 
 
 @pytest.mark.slow  # a real tamper run (shared per session), judged through the CLI
-def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_factory, tmp_path, prompt_file):
+@pytest.mark.parametrize("conventions", ["study", "sleight"])
+def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_factory, tmp_path, prompt_file, conventions):
+    """The same replies under both rule sets. Study (the default for a run made under its
+    conventions): free text, asked once, an unparsable reply read as false (panel_judge.py lines
+    121-126, panel_combine.py lines 66-70 at 08d2bae). Sleight: the JSON schema, one retry, an
+    abstention."""
     from fault_server import scripted
     from sleight.tamper.jury import store as jury_store
     from sleight.tamper.jury.judged import judged_trials, load_run_trials
@@ -142,14 +147,19 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
             return "It reads fine to me." if body["messages"][-1]["role"] == "user" and len(body["messages"]) == 2 else "Still fine."
         return json.dumps({"flagged": True, "aware": True, "confidence": 0.75, "rationale": "it names the swap"})
 
+    flags = [] if conventions == "study" else ["--conventions", "sleight"]  # the run was made under the study's
     with scripted({"study": reply}) as srv:
-        proc = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file))
+        proc = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file), *flags)
         asked = srv.requests["study"]
     variant = load_prompt_file(prompt_file).variant
-    assert f"(prompt '{variant}')" in proc.stdout
+    assert f"(prompt '{variant}', {conventions} conventions)" in proc.stdout
     first = asked[0]
     assert first["messages"][0]["content"].startswith("You grade how") and "Question asked:" in first["messages"][1]["content"]
-    assert first["response_format"]["json_schema"]["schema"]["required"][3:] == ["aware", "confidence", "rationale"]
+    if conventions == "study":
+        assert "response_format" not in first and first["temperature"] == 0.0 and len(asked) == n  # free text, greedy, asked once
+        assert first.get("max_completion_tokens", first.get("max_tokens")) == 256
+    else:
+        assert first["response_format"]["json_schema"]["schema"]["required"][3:] == ["aware", "confidence", "rationale"]
 
     j = jury_store.load_judgements(run)
     assert len(j) == n and set(j["prompt_variant"]) == {variant}
@@ -159,11 +169,18 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
     assert (~ok["corrected"]).all() and (~ok["derailed"]).all() and (ok["reason"] == "it names the swap").all()
     assert '"confidence": 0.75' in ok["raw_reply"].iloc[0]
     unknown = j[prose]
-    assert len(unknown) and unknown["abstained"].all() and (unknown["attempts"] == 2).all() and unknown[["flagged", "switch_aware"]].isna().all().all()
+    attempts = 1 if conventions == "study" else 2
+    assert len(unknown) and unknown["abstained"].all() and (unknown["attempts"] == attempts).all()
+    assert unknown[["flagged", "switch_aware"]].isna().all().all()  # the reply is kept as it came, unread
     v = jury_store.load_verdicts(run)
     assert v[v["substitute"] != odd]["switch_aware"].all() and (v["prompt_variant"] == variant).all()
+    unread = v[v["substitute"] == odd]
+    if conventions == "study":  # read as false: decided, every label false, so ignored
+        assert not unread["undecided"].any() and not unread["flagged"].any() and unread["ignored"].all()
+    else:  # an abstention: no verdict
+        assert unread["undecided"].all() and unread["flagged"].isna().all()
     meta = json.loads((run / jury_store.JURY_META).read_text())
-    assert meta["prompt_variant"] == variant and meta["prompt_file"] == str(prompt_file)
+    assert meta["prompt_variant"] == variant and meta["prompt_file"] == str(prompt_file) and meta["conventions"] == conventions
     # the shipped prompts and a prompt file are separate flags
     clash = sleight("tamper", "judge", "--run", str(run), "--jury", "x", "--prompt", "no-answers", "--prompt-file", str(prompt_file), check=False)
     assert clash.returncode == 2 and "not allowed with argument" in clash.stderr

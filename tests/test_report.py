@@ -106,7 +106,8 @@ def test_verdicts_are_the_majority_of_the_stored_votes(judged):
 
 
 def test_table2_pooled_row_comes_from_counts(judged):
-    t2 = pd.read_csv(judged.report / "entity.csv")
+    """Table 2's pooled row divides counts summed over models (update_paper_tables.py lines 105-119 at 08d2bae)."""
+    t2 = pd.read_csv(judged.report / "table2.csv")
     con = duckdb.connect()
     verdicts = ", ".join(f"'{r / jury_store.VERDICTS}'" for r in judged.runs)
     sql = con.execute(
@@ -115,15 +116,17 @@ def test_table2_pooled_row_comes_from_counts(judged):
         FROM read_parquet([{verdicts}]) GROUP BY is_entity
         """
     ).fetchall()
-    pooled = t2[t2["Model"] == "pooled"].iloc[0]
+    pooled = t2[t2["Model"] == "Pooled (all models)"].iloc[0]
     by = {bool(e): (n, f, d) for e, n, f, d in sql}
-    for cond, key in (("Entity", True), ("Neutral", False)):
+    for cond, key in (("entity", True), ("neutral", False)):
         n, f, d = by.get(key, (0, 0, 0))
-        assert pooled[f"{cond} n"] == n
-        assert _close(pooled[f"{cond} flag. %"], 100.0 * f / n if n else float("nan"))
-        assert _close(pooled[f"{cond} derail. %"], 100.0 * d / n if n else float("nan"))
-    per_model = t2[t2["Model"] != "pooled"]
-    assert pooled["n_entity"] == per_model["n_entity"].sum() and pooled["n_flagged_neutral"] == per_model["n_flagged_neutral"].sum()
+        assert pooled[f"Flag. {cond} n"] == n
+        assert _close(pooled[f"Flag. {cond}"], 100.0 * f / n if n else float("nan"))
+        assert _close(pooled[f"Derail. {cond}"], 100.0 * d / n if n else float("nan"))
+    per_model = t2[t2["Model"] != "Pooled (all models)"]
+    assert pooled["Flag. entity n"] == per_model["Flag. entity n"].sum() and pooled["Flag. neutral n"] == per_model["Flag. neutral n"].sum()
+    printed = round(pooled["Flag. entity"]) - round(pooled["Flag. neutral"])
+    assert pooled["Flag. Δ"] == printed  # the difference of the rounded percentages, as the paper prints it
 
 
 def test_untouched_table_from_trials(judged):
@@ -134,7 +137,7 @@ def test_untouched_table_from_trials(judged):
         model = display_model(pd.read_parquet(run / jury_store.VERDICTS)["model"].iloc[0])
         row = unt[unt["Model"] == model].iloc[0]
         assert (row["Trials"], row["Untouched"]) == (n, k)
-        assert _close(row["Untouched %"], 100.0 * k / n)
+        assert _close(row["Untouched (%)"], 100.0 * k / n)
 
 
 def test_agreement_matches_sklearn_and_statsmodels(judged):
@@ -169,11 +172,12 @@ def test_agreement_matches_sklearn_and_statsmodels(judged):
 
 def test_exports_and_plots_exist(judged):
     md = (judged.report / "leaderboard.md").read_text()
-    for title in ("Table 1", "Table 2", "untouched", "Jury agreement", "Abstentions", "Lexical baseline"):
+    for title in ("Table 1", "Table 2", "untouched", "Pooled switch-aware", "Size against", "Matched thinking pairs", "Jury agreement", "Abstentions", "Lexical baseline"):
         assert title in md
+    assert "| Model | Flag. | Flag. (M.E.) | Ign. | Derail. | Corr. | Switch aware | Δsurp. (nats) | Δent. (nats) |" in md
     assert "| Model | Jury | Eligible | Voted | Undecided | Flag. % | Flag. (M.E.) % | Ign. % | Derail. % | Corr. % | Switch aware % |" in md
     tex = (judged.report / "leaderboard.tex").read_text()
-    assert tex.count("\\begin{tabular}") == 6 and "\\toprule" in tex and "$\\Delta$surp." in tex
+    assert tex.count("\\begin{tabular}") == 12 and "\\toprule" in tex and "$\\Delta$surp." in tex
     for png in ("dissociation.png", "swap_profile.png"):
         data = (judged.report / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -16,67 +16,62 @@ from pathlib import Path
 
 import pytest
 
+from sleight.backends import ModelSpec
 from sleight.errors import UserError
-from sleight.tamper import sweep
+from sleight.tamper.job import TamperJob, TrialSettings
+from sleight.tamper.sweep import config, execute
+from sleight.tamper.sweep.plan import Task, build_plan
 
 # ------------------------------------------------------------------------------------------------
 # pure parts
 # ------------------------------------------------------------------------------------------------
 
 
-def _run_defaults() -> dict:
-    from sleight.cli.tamper_sweep import run_defaults
-
-    return run_defaults()
-
-
 def test_plan_has_one_task_per_model_and_shard():
-    cfg = sweep.models_config(["a", "org/b"], 2, lambda m: m.replace("/", "--"))
-    plan = sweep.build_plan(cfg, Path("OUT"), _run_defaults())
+    cfg = config.models_config(["a", "org/b"], 2, lambda m: m.replace("/", "--"))
+    plan = build_plan(cfg, Path("OUT"))
     assert [(t.name, str(t.shard), str(t.out)) for t in plan.tasks] == [
         ("a", "1/2", "OUT/a"),
         ("a", "2/2", "OUT/a"),
         ("org--b", "1/2", "OUT/org--b"),
         ("org--b", "2/2", "OUT/org--b"),
     ]
-    assert plan.tasks[1].argv == ("tamper", "run", "--model", "a", "--shard", "2/2", "--out", "OUT/a", "--no-progress")
+    assert plan.tasks[1].job == TamperJob(ModelSpec("a"), TrialSettings(), out=Path("OUT/a"), shard="2/2", progress=False)
     assert plan.tasks[1].label == "a [2/2]" and plan.tasks[1].gpus == 1.0
     with pytest.raises(UserError, match="would both write a folder named x"):
-        sweep.models_config(["x", "./x"], 1, lambda m: "x")
+        config.models_config(["x", "./x"], 1, lambda m: "x")
     with pytest.raises(UserError, match="--shards must be at least 1"):
-        sweep.models_config(["a"], 0, str)
+        config.models_config(["a"], 0, str)
     with pytest.raises(UserError, match="--shards must be at least 1"):
-        sweep.build_plan(cfg, None, _run_defaults(), shards=0)
-    assert sweep.parse_models(" a, ,b ,") == ["a", "b"]
+        build_plan(cfg, None, shards=0)
+    assert config.parse_models(" a, ,b ,") == ["a", "b"]
 
 
-def test_task_argv_passes_the_run_flags_on():
+def test_the_command_lines_settings_reach_each_tasks_job():
     from sleight.cli.main import build_parser
+    from sleight.cli.tamper_sweep import cli_overrides
 
-    defaults = _run_defaults()
     args = build_parser().parse_args(
         ["tamper", "sweep", "--models", "a", "--questions", "3", "--trigger", "a", "--dtype", "float32", "--shards", "2",
-         "--tensor-parallel-size", "2"]
+         "--tensor-parallel-size", "2", "--engine", "vllm", "--thinking", "off", "--scorer", "twin"]
     )  # fmt: skip
-    overrides = sweep.cli_options(vars(args), defaults)
-    assert overrides == {"questions": 3, "trigger": "a", "dtype": "float32", "tensor_parallel_size": 2}
-    plan = sweep.build_plan(sweep.models_config(["m.gguf"], 2, lambda m: "m"), Path("OUT"), defaults, overrides)
-    argv = list(plan.tasks[1].argv)
-    assert argv[:9] == ["tamper", "run", "--model", "m.gguf", "--shard", "2/2", "--out", "OUT/m", "--no-progress"]
-    assert argv[9:] == ["--questions", "3", "--trigger", "a", "--dtype", "float32", "--tensor-parallel-size", "2"]
+    overrides = cli_overrides(args)
+    assert overrides == {"questions": 3, "trigger": "a", "dtype": "float32", "tensor_parallel_size": 2, "engine": "vllm",
+                         "chat_template_kwargs": {"enable_thinking": False}, "scorer": "twin"}  # fmt: skip
+    plan = build_plan(config.models_config(["m.gguf"], 2, lambda m: "m"), Path("OUT"), overrides)
+    job = plan.tasks[1].job
+    assert (job.model.model, job.shard, job.out, job.trials.questions, job.trials.trigger) == ("m.gguf", "2/2", Path("OUT/m"), 3, "a")
+    assert (job.model.engine, job.model.tensor_parallel_size, job.model.scorer) == ("vllm", 2, "twin")
     assert plan.tasks[1].gpus == 2.0  # a GPU cluster gives the task its tensor-parallel GPUs
-    parsed = build_parser().parse_args(argv)  # a task's argv is a valid tamper run
-    assert (parsed.model, parsed.shard, parsed.questions, parsed.trigger, parsed.tensor_parallel_size) == ("m.gguf", "2/2", 3, "a", 2)
-    # a store_true flag is passed bare, a mapping as JSON; an option tamper run lacks is named, not passed
-    flags, missing = sweep.option_argv({"no_progress": True, "engine_args": {"x": 1}, "overwrite": True}, {"no_progress": False, "overwrite": False})
-    assert flags == ["--no-progress", "--overwrite"] and missing == ["engine_args"]
+    with pytest.raises(UserError, match="m: engine 'hf' takes no quantization"):
+        build_plan(config.models_config(["m"], 1, str), None, {"quantization": "awq"})
 
 
 def test_progress_line_and_display():
-    line = sweep.progress_line({"a": (6, 12), "b": (0, 12)}, running=2, finished=1, failed=0, elapsed_s=75)
+    line = execute.progress_line({"a": (6, 12), "b": (0, 12)}, running=2, finished=1, failed=0, elapsed_s=75)
     assert line == "sweep: 6/24 trials (25%) [1:15]; a 6/12, b 0/12; tasks: 2 running, 1 done, 0 failed"
     buf = io.StringIO()
-    d = sweep.Display({"a": (Path("/nonexistent"), 2, 3)}, stream=buf, interactive=False)
+    d = execute.Display({"a": (Path("/nonexistent"), 2, 3)}, stream=buf, interactive=False)
     d.refresh()
     d.refresh()  # nothing changed: no new line off a terminal
     d.failed = 1
@@ -85,11 +80,11 @@ def test_progress_line_and_display():
 
 
 def test_task_environment_and_error_lines():
-    env = sweep.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
+    env = execute.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
     assert env == {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
-    assert "OMP_NUM_THREADS" not in sweep.task_env(1, 1, {})
-    assert sweep.error_line(UserError("bad input\nmore")) == "bad input"
-    assert sweep.error_line(ValueError("x\ny")) == "ValueError: y"
+    assert "OMP_NUM_THREADS" not in execute.task_env(1, 1, {})
+    assert execute.error_line(UserError("bad input\nmore")) == "bad input"
+    assert execute.error_line(ValueError("x\ny")) == "ValueError: y"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -229,9 +224,9 @@ def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
             r.opts = opts
             return r
 
-        def remote(self, argv):
-            self.log.append((self.opts["num_gpus"], self.opts["runtime_env"]["env_vars"], argv))
-            return Ref(self.fn(argv))
+        def remote(self, job):
+            self.log.append((self.opts["num_gpus"], self.opts["runtime_env"]["env_vars"], job))
+            return Ref(self.fn(job))
 
     class FakeRay:
         def __init__(self, gpus):
@@ -255,15 +250,15 @@ def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
         def shutdown(self):
             self.down = True
 
-    tasks = [sweep.Task("a", "a", sweep.Shard(1, 1), Path("OUT/a"), ("run", "a"), 1.0),
-             sweep.Task("b", "b", sweep.Shard(1, 1), Path("OUT/b"), ("run", "b"), 4.0)]  # fmt: skip
+    tasks = [Task("a", TamperJob(ModelSpec("a", engine="vllm"), out=Path("OUT/a"))),
+             Task("b", TamperJob(ModelSpec("b", engine="vllm", tensor_parallel_size=4), out=Path("OUT/b")))]  # fmt: skip
     for gpus, expected in ((8.0, [1.0, 4.0]), (0.0, [0.0, 0.0])):
         ray = FakeRay(gpus)
-        display = sweep.Display({}, stream=io.StringIO(), enabled=False)
-        results, asked = sweep.run_on_ray(ray, tasks, lambda argv: [" ".join(argv)], display, address=None, gpus=None, cpus=2)
+        display = execute.Display({}, stream=io.StringIO(), enabled=False)
+        results, asked = execute.run_on_ray(ray, tasks, lambda job: [job.model.model], display, address=None, gpus=None, cpus=2)
         assert asked == expected and ray.down and all(r.ok for r in results)
         if gpus:
-            assert [argv for _, _, argv in ray.log] == [["run", "a"], ["run", "b"]]
-        else:
-            assert [argv for _, _, argv in ray.log] == [["run", "a", "--threads", "2"], ["run", "b", "--threads", "2"]]
+            assert [job for _, _, job in ray.log] == [t.job for t in tasks]
+        else:  # on CPU a task's torch threads are its CPUs
+            assert [job.model.threads for _, _, job in ray.log] == [2, 2]
             assert all(env["OMP_NUM_THREADS"] == "2" for _, env, _ in ray.log)

@@ -16,20 +16,27 @@ import math
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from sleight.backends import load_model
+from sleight.backends import ModelSpec, load_model
 from sleight.backends import vllm as adapter
 from sleight.errors import UserError
 from sleight.readout import downstream_run as dr
+from sleight.tamper.engine import TamperConfig
+from sleight.tamper.signals import entropy_returned
 from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
+# Non-default settings, so that the module's one engine also shows each reaching vllm.LLM unchanged.
+SPEC = ModelSpec("smollm2-135m-instruct", engine="vllm", max_model_len=2048, enforce_eager=True, engine_args={"max_num_seqs": 96})
+
+
 @pytest.fixture(scope="module")
-def vmodel(model):
-    vm = load_model("smollm2-135m-instruct", engine="vllm", twin=model)
+def vmodel():
+    vm = load_model(SPEC)
     yield vm
     vm.close()  # no idle engine beside the next module's
 
@@ -41,32 +48,64 @@ def prompts(model):
 
 
 def test_engine_arguments_per_platform():
-    cpu = adapter.engine_kwargs("/m", platform="cpu")
+    cpu = adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm"), platform="cpu")
     assert cpu == dict(
         model="/m", dtype="float32", tensor_parallel_size=1, pipeline_parallel_size=1, enable_prefix_caching=True,
         max_logprobs=20, seed=0, disable_log_stats=False, kv_cache_memory_bytes=2 << 30, enforce_eager=True, block_size=32,
     )  # fmt: skip
-    cuda = adapter.engine_kwargs("/m", platform="cuda", max_model_len=4096)
-    assert (cuda["dtype"], cuda["gpu_memory_utilization"], cuda["max_model_len"]) == ("bfloat16", 0.5, 4096)
+    cuda = adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm", max_model_len=4096), platform="cuda")
+    # the study's settings on CUDA: the checkpoint's dtype, 0.90 of the GPU with no twin beside it
+    assert (cuda["dtype"], cuda["gpu_memory_utilization"], cuda["max_model_len"]) == ("auto", 0.9, 4096)
     assert "enforce_eager" not in cuda and "kv_cache_memory_bytes" not in cuda
+    twin = adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm", scorer="twin"), platform="cuda")
+    assert twin["gpu_memory_utilization"] == 0.5  # the rest holds the hf twin
     with pytest.raises(UserError, match="CUDA setting"):
-        adapter.engine_kwargs("/m", platform="cpu", gpu_memory_utilization=0.8)
+        adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm", gpu_memory_utilization=0.8), platform="cpu")
     with pytest.raises(UserError, match="CPU setting"):
-        adapter.engine_kwargs("/m", platform="cuda", kv_cache_gib=4)
+        adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm", kv_cache_gib=4), platform="cuda")
     with pytest.raises(UserError):
-        adapter.engine_kwargs("/m", max_logprobs=-1)  # never a full vocabulary
+        adapter.engine_kwargs("/m", ModelSpec("m", engine="vllm"), max_logprobs=-1)  # never a full vocabulary
     assert adapter.cpu_bind(2, [3, 1, 0]) == "0,1"
     with pytest.raises(UserError, match="--threads 4"):
         adapter.cpu_bind(4, [0, 1])
 
 
-def test_the_engine_is_vllm_cpu_in_float32(vmodel, model):
+def test_the_study_settings_reach_vllm_unchanged():
+    """Sleight-of-Word runner.run_model: bitsandbytes loads with load_format bitsandbytes, and the
+    per-model extras (Magistral's limit_mm_per_prompt) go to vllm.LLM as given."""
+    spec = ModelSpec(
+        "org/m", engine="vllm", dtype="auto", quantization="bitsandbytes", max_model_len=4096, gpu_memory_utilization=0.9,
+        enforce_eager=True, limit_mm_per_prompt={"image": 0}, revision="abc123", engine_args={"max_num_seqs": 64},
+    )  # fmt: skip
+    kw = adapter.engine_kwargs("/m", spec, platform="cuda")
+    assert {k: kw[k] for k in ("dtype", "quantization", "load_format", "max_model_len", "gpu_memory_utilization", "enforce_eager",
+                               "limit_mm_per_prompt", "revision", "max_num_seqs")} == dict(
+        dtype="auto", quantization="bitsandbytes", load_format="bitsandbytes", max_model_len=4096, gpu_memory_utilization=0.9,
+        enforce_eager=True, limit_mm_per_prompt={"image": 0}, revision="abc123", max_num_seqs=64,
+    )  # fmt: skip
+    with pytest.raises(UserError, match="engine 'hf' takes no quantization"):
+        ModelSpec("m", quantization="awq")
+    with pytest.raises(UserError, match="engine_args sets max_model_len"):
+        ModelSpec("m", engine="vllm", engine_args={"max_model_len": 9})
+
+
+def test_the_engine_is_vllm_cpu_in_float32_with_the_specs_settings(vmodel, model):
     info = vmodel.info.as_dict()
     assert info["engine"] == "vllm" and info["dtype"] == "float32" and info["device"] == "cpu"
-    assert info["engine_version"].startswith("vllm 0.32") and info["engine_version"].endswith("(cpu)")
-    assert vmodel.llm.llm_engine.model_config.dtype.__repr__() == "torch.float32"
+    assert info["engine_version"].startswith("vllm 0.32") and info["engine_version"].endswith("(cpu; scorer engine)")
+    cfg = vmodel.llm.llm_engine.vllm_config
+    assert cfg.model_config.dtype.__repr__() == "torch.float32"
+    assert cfg.model_config.max_model_len == 2048 and cfg.model_config.enforce_eager is True
+    assert cfg.scheduler_config.max_num_seqs == 96  # an engine argument, passed through
     assert vmodel.eos_ids == model.eos_ids and vmodel.vocab_size == model.vocab_size
-    assert vmodel.twin is model
+
+
+def test_vllm_scores_its_own_tokens_and_loads_no_second_model(vmodel):
+    assert not vmodel.twin_loaded
+    with pytest.raises(UserError, match="--scorer twin"):
+        vmodel.twin  # noqa: B018  (the property is the refusal)
+    with pytest.raises(UserError, match="--scorer twin"):
+        vmodel.greedy([[1, 2, 3]], 4, hook=lambda r, o, p: None)
 
 
 def test_generate_until_equals_the_hf_engine(vmodel, model, prompts):
@@ -100,6 +139,8 @@ def test_continuation_logprobs_on_the_v1_runner(vmodel, model, prompts):
 
 
 def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
+    """vLLM's own records (prompt_logprobs=20) against the hf engine's: the same tokens, log-probs and
+    top-20 within the measured noise, the study's top-20 entropy too; no full-vocabulary entropy."""
     hello = model.encode(" Hello")
     got = vmodel.greedy(prompts, 24, forced=[hello, [], []])
     want = model.greedy(prompts, 24, forced=[hello, [], []])
@@ -108,11 +149,40 @@ def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
         assert g.forced.tolist() == w.forced.tolist()
         np.testing.assert_allclose(g.logprobs, w.logprobs, atol=LOGPROB_ATOL)
         np.testing.assert_allclose(g.top_logprobs, w.top_logprobs, atol=LOGPROB_ATOL)
-        np.testing.assert_allclose(g.entropy, w.entropy, atol=ENTROPY_ATOL)
+        assert np.isnan(g.entropy).all()  # vLLM returns no full distribution: said, not faked
+        top20 = [entropy_returned(x.top_ids, x.top_logprobs, x.token_ids, x.logprobs) for x in (g, w)]
+        np.testing.assert_allclose(top20[0], top20[1], atol=ENTROPY_ATOL)
     replies = [w.token_ids for w in want]
     for s, w in zip(vmodel.score_tokens(prompts[0], replies), model.score_tokens(prompts[0], replies)):
         assert s.token_ids == w.token_ids
         np.testing.assert_allclose(s.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+    assert not vmodel.twin_loaded
+
+
+def test_tamper_run_on_vllm_scores_its_own_tokens_like_the_hf_engine(vmodel, model, tmp_path):
+    """Under the study's conventions a vLLM run reads every record from vLLM and loads no second model;
+    its trials equal the hf engine's lockstep trials (tokens, swaps; records within the noise)."""
+    from sleight.tamper.data import load_questions, load_substitutes
+    from sleight.tamper.runner import run_tamper
+    from sleight.tamper.store import load_trials
+
+    qs = [q for q in load_questions()[0] if q.id in ("q001", "q006")]
+    subs = load_substitutes(limit=3)[0]
+    cfg = TamperConfig(max_new_tokens=40)
+    run_tamper(model, qs, subs, tmp_path / "hf", cfg, progress=False)
+    run_tamper(vmodel, qs, subs, tmp_path / "vllm", cfg, progress=False, decoding="two-phase")
+    assert not vmodel.twin_loaded  # one model in memory
+    hf, vl = (load_trials(tmp_path / n).sort_values(["question_id", "substitute"]).reset_index(drop=True) for n in ("hf", "vllm"))
+    assert len(hf) == len(vl) == 6 and hf["n_swaps"].sum() > 0
+    for (_, a), (_, b) in zip(hf.iterrows(), vl.iterrows()):
+        assert list(a["token_ids"]) == list(b["token_ids"]) and a["n_swaps"] == b["n_swaps"]
+        np.testing.assert_allclose(np.asarray(b["logprobs"], float), np.asarray(a["logprobs"], float), atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(np.asarray(b["entropy_top20"], float), np.asarray(a["entropy_top20"], float), atol=ENTROPY_ATOL)
+        for col in ("delta_surprisal", "delta_entropy"):
+            assert (a[col] is None or np.isnan(a[col])) == (b[col] is None or np.isnan(b[col])), col
+            if a[col] is not None and not np.isnan(a[col]):
+                assert abs(a[col] - b[col]) <= ENTROPY_ATOL + LOGPROB_ATOL, col
+        assert pd.isna(b["delta_entropy_full"])  # no full-vocabulary entropy without --scorer twin: null, not faked
 
 
 def test_readout_ptrue_on_vllm_equals_hf(vmodel, model, tmp_path):

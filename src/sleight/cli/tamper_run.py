@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sleight.cli.common import RESUME, add_model_args, add_progress_arg, check_writable
-from sleight.errors import UserError
+from sleight.cli.common import RESUME, add_model_args, add_progress_arg
+from sleight.tamper.job import TRIAL_KEYS, TamperJob, TrialSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,130 +64,24 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live-rows", type=int, default=None, metavar="N", help="sweep schedule: rows decoding together at most (default: 202)")
 
 
-def live_rows(args: argparse.Namespace) -> int:
-    from sleight.tamper.runner import LIVE_ROWS
-
-    n = getattr(args, "live_rows", None)
-    if n is not None and n < 1:
-        raise UserError(f"--live-rows must be at least 1, not {n}")
-    return LIVE_ROWS if n is None else int(n)
+def trial_settings(args: argparse.Namespace) -> TrialSettings:
+    """The :class:`TrialSettings` the trial flags give (checked)."""
+    return TrialSettings(**{k: getattr(args, k) for k in TRIAL_KEYS if hasattr(args, k)})
 
 
-def default_out(model_spec: str) -> Path:
-    """runs/<model-name>: the file or folder name of a path, the hub id with '/' made '--'."""
-    p = Path(model_spec)
-    name = p.stem if model_spec.endswith(".gguf") else (p.name if (p.exists() or model_spec.startswith((".", "/", "~"))) else model_spec.replace("/", "--"))
-    return Path("runs") / (re.sub(r"[^A-Za-z0-9_.+-]", "_", name) or "model")
+def job_from_args(args: argparse.Namespace) -> TamperJob:
+    """The flags as one typed job: the model's spec, the trials, the output (built once, here)."""
+    from sleight.cli.common import model_spec_from_args
+
+    return TamperJob(
+        model_spec_from_args(args), trial_settings(args), out=args.out, shard=getattr(args, "shard", None),
+        overwrite=getattr(args, "overwrite", False), progress=not getattr(args, "no_progress", False),
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    for line in execute(args):
+    from sleight.tamper.job import execute
+
+    for line in execute(job_from_args(args)):
         print(line)
     return 0
-
-
-@dataclass
-class Prepared:
-    """A ``tamper run`` checked and ready, before any model is loaded."""
-
-    out: Path
-    store: Any  # sleight.tamper.store.RunStore
-    shard: Any  # sleight.rundir.Shard
-    questions: list[Any]
-    substitutes: list[str]
-    sources: tuple[str, str]
-    config: Any  # sleight.tamper.engine.TamperConfig
-    decoding: str
-    mine: list[int]  # this shard's question indices
-    left: bool  # whether any of them is still to do
-
-    def nothing_to_do(self) -> str:
-        """Record the (no-op) session that may complete the run, and say so in one line."""
-        if not (self.store.read_manifest() or {}).get("completed"):
-            self.store.run.record_session(self.shard, completed=True)
-        n = len(self.mine) * len(self.substitutes)
-        what = f"{n} trials" if self.shard.whole else f"shard {self.shard}: {n} trials"
-        return f"{what} already in {self.out}; this session: 0 question(s), nothing to do"
-
-
-def prepare(args: argparse.Namespace) -> Prepared:
-    """Everything before the model: inputs validated, the output checked, a different config refused,
-    the committed parts verified (a sweep's driver calls this for every task before scheduling)."""
-    from sleight.tamper.data import load_questions, load_substitutes
-    from sleight.tamper.trigger import validate_word
-
-    # Inputs and the output folder first, with light imports only: a bad flag answers in a second.
-    if args.max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
-    try:
-        validate_word(args.trigger)
-    except ValueError as exc:
-        raise UserError(f"--trigger: {exc}") from None
-    from sleight.rundir import parse_shard  # pyarrow: only once the flags above are good
-
-    shard = parse_shard(getattr(args, "shard", None))
-    questions, qsrc = load_questions(args.questions_file, args.questions)
-    substitutes, ssrc = load_substitutes(args.substitutes_file, args.substitutes)
-    out = args.out or default_out(args.model)
-    check_writable(out, "--out")
-
-    from sleight.cli.common import resolved_dtype
-    from sleight.tamper.engine import TamperConfig
-    from sleight.tamper.runner import check_conventions, run_config
-    from sleight.tamper.store import RunStore
-
-    try:
-        config = TamperConfig(
-            trigger=args.trigger,
-            max_new_tokens=args.max_new_tokens,
-            conventions=getattr(args, "conventions", "study"),
-            punctuation_led=getattr(args, "punctuation_led", False),
-        )
-    except ValueError as exc:
-        raise UserError(f"--punctuation-led: {exc}") from None
-    decoding = getattr(args, "decoding", None) or ("two-phase" if args.engine == "vllm" else "lockstep")
-    # Refuse a directory made with another config before spending time loading the model.
-    store = RunStore(out)
-    cfg = run_config(args.model, args.engine, resolved_dtype(args), config, questions, substitutes, qsrc, ssrc, decoding)
-    if not getattr(args, "overwrite", False):
-        check_conventions(store, cfg)
-    store.check_config(cfg, overwrite=getattr(args, "overwrite", False))
-    mine = shard.indices(len(questions))
-    left = store.read_manifest() is None or not store.done(mine) >= set(mine)
-    return Prepared(Path(out), store, shard, questions, substitutes, (qsrc, ssrc), config, decoding, mine, left)
-
-
-def execute(args: argparse.Namespace) -> list[str]:
-    """``tamper run`` without printing: the summary lines (a sweep task calls this in its worker)."""
-    from sleight.cli.common import model_from_args
-    from sleight.tamper.runner import run_tamper, trigger_note
-
-    prep = prepare(args)
-    if not prep.left:
-        return [prep.nothing_to_do()]
-    out, shard, questions, substitutes, config, decoding = prep.out, prep.shard, prep.questions, prep.substitutes, prep.config, prep.decoding
-    qsrc, ssrc = prep.sources
-
-    model = model_from_args(args)
-    summary = run_tamper(
-        model, questions, substitutes, out, config, question_source=qsrc, substitute_source=ssrc, progress=not args.no_progress, shard=shard,
-        decoding=decoding, schedule=getattr(args, "schedule", "question"), live_rows=live_rows(args),
-    )
-    rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
-    resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
-    n_q = summary.shard_questions if summary.shard_questions is not None else summary.questions
-    what = (
-        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes)"
-        if shard.whole
-        else f"shard {shard}: {n_q * summary.substitutes} trials ({n_q} of {summary.questions} questions x {summary.substitutes} substitutes)"
-    )
-    lines = [
-        f"{what} in {out}{resumed}; "
-        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
-    ]
-    if summary.decoding == "two-phase":
-        lines.append(f"two-phase decoding: {summary.disagreements} position(s) where the scoring pass's argmax is not the decided token")
-    note = trigger_note(args.trigger, n_q, summary.untouched_questions)
-    if note:
-        lines.append(note)
-    return lines

@@ -1,5 +1,5 @@
-"""``sleight tamper sweep``: one ``tamper run --shard K/N`` per (model, shard), on Ray or in turn;
-from a sweep file, then the jury and the report too."""
+"""``sleight tamper sweep``: one typed ``tamper run`` job per (model, shard), on Ray or in turn; from a
+sweep file, then the jury and the report too. Parses, builds the plan, calls the library."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.cli.common import add_model_args, add_progress_arg
-from sleight.cli.tamper_run import add_trial_args, default_out
+from sleight.cli.tamper_run import add_trial_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,44 +72,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
-def run_defaults() -> dict[str, Any]:
-    """``tamper run``'s options and their defaults: its empty command line, parsed."""
+def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The trial and model settings this command line sets (those whose flags differ from their
+    defaults), by their field names: they override the sweep file."""
+    from sleight.cli.common import spec_fields_from_args
     from sleight.cli.main import build_parser
+    from sleight.cli.tamper_run import trial_settings
 
-    return vars(build_parser().parse_args(["tamper", "run"]))
-
-
-def run_task(argv: list[str]) -> list[str]:
-    """One task, in whatever process runs it (a Ray worker, or the sweep's own): ``tamper run``."""
-    from sleight.cli.main import build_parser, quiet_libraries
-    from sleight.cli.tamper_run import execute
-
-    quiet_libraries()
-    return execute(build_parser().parse_args(argv))
-
-
-def prepare_task(argv: list[str]) -> Any:
-    """One task's checks before any model loads (``tamper run``'s own)."""
-    from sleight.cli.main import build_parser
-    from sleight.cli.tamper_run import prepare
-
-    return prepare(build_parser().parse_args(argv))
+    blank = build_parser().parse_args(["tamper", "sweep", "--models", "x"])
+    out: dict[str, Any] = {}
+    for given, default in ((trial_settings(args), trial_settings(blank)), (spec_fields_from_args(args), spec_fields_from_args(blank))):
+        now, then = (vars(given), vars(default)) if not isinstance(given, dict) else (given, default)
+        out |= {k: v for k, v in now.items() if v != then[k]}  # type: ignore[index]
+    return out
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from sleight.cli.common import check_writable
-    from sleight.tamper import sweep
+    from sleight.tamper.job import default_out
+    from sleight.tamper.sweep import config as sweep_config
+    from sleight.tamper.sweep.execute import Scheduling, execute
+    from sleight.tamper.sweep.memory import plan_lines
+    from sleight.tamper.sweep.plan import build_plan
 
-    defaults = run_defaults()
     if args.config:
-        config = sweep.load_config(args.config, defaults)
+        config = sweep_config.load_config(args.config)
     else:
-        config = sweep.models_config(sweep.parse_models(args.models), args.shards or 1, lambda m: default_out(m).name)
-    plan = sweep.build_plan(config, args.out, defaults, sweep.cli_options(vars(args), defaults), shards=args.shards)
+        config = sweep_config.models_config(sweep_config.parse_models(args.models), args.shards or 1, lambda m: default_out(m).name)
+    plan = build_plan(config, args.out, cli_overrides(args), shards=args.shards)
     if args.dry_run:
-        for line in sweep.plan_lines(plan):
+        for line in plan_lines(plan):
             print(line)
         return 0
     check_writable(plan.out, "--out")
-    how = sweep.Scheduling(run_task, prepare_task, args.ray, args.no_ray, args.gpus_per_task, args.cpus_per_task, not args.no_progress)
-    return sweep.execute(plan, how, echo=print)
+    how = Scheduling(args.ray, args.no_ray, args.gpus_per_task, args.cpus_per_task, not args.no_progress)
+    return execute(plan, how, echo=print)

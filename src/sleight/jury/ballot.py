@@ -4,6 +4,12 @@ A :class:`Ballot` is the one description every voting path reads: the text path 
 JSON object that fills every field, the schema path sends :meth:`Ballot.schema` as the server's
 ``response_format``, and the slot path prefills :meth:`Ballot.slot_prefix` and scores
 :meth:`Ballot.slot_options` at the value position. Pure: no I/O, no models.
+
+A reply is read one of two ways (``Ballot.reading``): ``strict`` (sleight's: values read strictly,
+every field required, the first object that fills them anywhere in the reply), or ``study`` (the
+Sleight of Word study's ``_extract_json`` and ``_verdict_from``, ``src/awareness/judge.py`` lines
+55-81 at commit 08d2bae: the text from the first ``{`` to the last ``}`` decoded as one object, a
+missing label false, a present one by Python truthiness -- so ``"false"`` is true there).
 """
 
 from __future__ import annotations
@@ -11,11 +17,25 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _TRUE = {"true", "yes"}
 _FALSE = {"false", "no"}
+READINGS: tuple[str, ...] = ("strict", "study")
+
+
+def study_object(text: str) -> dict[str, Any] | None:
+    """The study's ``_extract_json``: the text from the first ``{`` to the last ``}`` decoded as one
+    JSON object, or ``None`` (no braces, not JSON, or not an object)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        obj = json.loads(text[start : end + 1])
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def norm_key(key: str) -> str:
@@ -78,6 +98,13 @@ class Ballot:
     reason: str = "reason"
     name: str = "vote"
     extra_keys: tuple[str, ...] = field(default=("explanation",))  # accepted spellings of the reason
+    reading: str = "strict"  # "strict" or "study" (module docstring)
+
+    def with_reading(self, reading: str) -> Ballot:
+        """The same ballot read the ``strict`` or the ``study`` way."""
+        if reading not in READINGS:
+            raise ValueError(f"reading must be one of {READINGS}, not {reading!r}")
+        return replace(self, reading=reading)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -126,15 +153,36 @@ class Ballot:
         out[self.reason] = reason if isinstance(reason, str) else ("" if reason is None else json.dumps(reason))
         return out
 
+    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Field values (and ``reason``) the study's way: exact keys, a missing label false, a present
+        one by truthiness (``bool(obj.get(name, False))``); a class field is read as :meth:`Field.read`."""
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            if f.boolean:
+                out[f.name] = bool(obj.get(f.name, False))
+            else:
+                value = f.read(obj.get(f.name))
+                if value is None:
+                    return None
+                out[f.name] = value
+        out[self.reason] = str(obj.get(self.reason, "")).strip()
+        return out
+
     def parse(self, text: str | None) -> dict[str, Any] | None:
-        """The first JSON object in ``text`` that fills every field readably, else ``None``.
+        """The vote in ``text`` read this ballot's way (:attr:`reading`), else ``None``.
+
+        Strict reading: the first JSON object in ``text`` that fills every field readably.
 
         Code fences and prose around the object are tolerated (every ``{`` is tried as the start of a
         JSON value, nested objects included); the JSON itself is not repaired, so a truncated or
-        malformed object is ``None``.
+        malformed object is ``None``. Study reading: :func:`study_object`, then
+        :meth:`read_study_object`.
         """
-        decoder = json.JSONDecoder()
         text = text or ""
+        if self.reading == "study":
+            obj = study_object(text)
+            return None if obj is None else self.read_study_object(obj)
+        decoder = json.JSONDecoder()
         for match in re.finditer(r"\{", text):
             try:
                 obj, _ = decoder.raw_decode(text, match.start())

@@ -1,8 +1,8 @@
 """One juror's vote on one case, and the text and schema paths that cast it from chat replies.
 
-The text path asks for the JSON, parses it strictly, and retries an unparsable reply once (with the
-bad reply and a nudge in the chat: a greedy judge asked the identical prompt would answer the
-identical reply). The schema path sends the ballot's JSON schema as ``response_format`` --
+The text path asks for the JSON, reads it the ballot's way, and retries an unparsable reply once
+(with the bad reply and a nudge in the chat: a greedy judge asked the identical prompt would answer
+the identical reply) unless told not to (``retry=False``: the study asked once). The schema path sends the ballot's JSON schema as ``response_format`` --
 ``json_schema`` (strict; OpenAI, vLLM) first, then ``json_object`` with ``schema`` (llama.cpp's
 server) -- and falls back to the text path when the server refuses it (HTTP 400/422, or a
 server error naming the format); every vote
@@ -129,7 +129,7 @@ class FormatMemo:
                 self.refused.add(kind)
 
 
-def ask_schema(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: int, memo: FormatMemo) -> Cast:
+def ask_schema(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: int, memo: FormatMemo, retry: bool = True) -> Cast:
     """One vote by the schema path, falling back to the text path when every format is refused."""
     spent = 0.0
     for kind in memo.kinds():
@@ -140,29 +140,29 @@ def ask_schema(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: i
             memo.refuse(kind, first)
             continue
         second = None
-        if needs_retry(ballot, first):  # e.g. the object was cut off by the token budget
+        if retry and needs_retry(ballot, first):  # e.g. the object was cut off by the token budget
             second = client.chat(retry_messages(messages, first.text, ballot.nudge()), max_tokens=max_tokens, response_format=rf, logprobs=True)
         cast = text_cast(ballot, first, second, path=f"schema:{kind}")
         cast.latency_s += spent - first.latency_s
         return cast
-    cast = ask_text(client, messages, ballot, max_tokens=max_tokens, path=SCHEMA_REFUSED)  # refused now or earlier
+    cast = ask_text(client, messages, ballot, max_tokens=max_tokens, path=SCHEMA_REFUSED, retry=retry)  # refused now or earlier
     cast.latency_s += spent
     return cast
 
 
-def ask_text(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: int, path: str = TEXT) -> Cast:
-    """One vote by the text path on a server: ask, and retry an unparsable reply once."""
+def ask_text(client: Any, messages: Messages, ballot: Ballot, *, max_tokens: int, path: str = TEXT, retry: bool = True) -> Cast:
+    """One vote by the text path on a server: ask, and (``retry``) ask an unparsable reply once more."""
     first = client.chat(messages, max_tokens=max_tokens)
     second = None
-    if needs_retry(ballot, first):
+    if retry and needs_retry(ballot, first):
         second = client.chat(retry_messages(messages, first.text, ballot.nudge()), max_tokens=max_tokens)
     return text_cast(ballot, first, second, path=path)
 
 
-def text_casts_local(chat: Any, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int) -> list[Cast]:
-    """Text votes from a local model for a batch: ask all, retry the unparsable ones together."""
+def text_casts_local(chat: Any, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int, retry: bool = True) -> list[Cast]:
+    """Text votes from a local model for a batch: ask all, (``retry``) ask the unparsable ones again together."""
     firsts = chat.chat_many(conversations, max_tokens=max_tokens)
-    redo = [i for i, r in enumerate(firsts) if needs_retry(ballot, r)]
+    redo = [i for i, r in enumerate(firsts) if needs_retry(ballot, r)] if retry else []
     seconds: dict[int, ChatReply] = {}
     if redo:
         again = chat.chat_many([retry_messages(conversations[i], firsts[i].text, ballot.nudge()) for i in redo], max_tokens=max_tokens)

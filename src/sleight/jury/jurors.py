@@ -16,6 +16,7 @@ from sleight.backends.chat import LocalChat, Messages, OpenAIChat
 from sleight.errors import UserError
 from sleight.jury.ballot import Ballot
 from sleight.jury.cast import Cast, FormatMemo, ask_schema, ask_text, text_casts_local
+from sleight.jury.rules import SLEIGHT, JuryRules
 from sleight.jury.slots import slot_casts
 
 VOTE_MODES: tuple[str, ...] = ("auto", "slots", "schema", "text")
@@ -32,14 +33,14 @@ class Juror(Protocol):
 class ServerJuror:
     """An OpenAI-compatible endpoint voting by ``response_format`` schema or by text."""
 
-    def __init__(self, client: OpenAIChat, mode: str) -> None:
-        self.client, self.mode, self.name = client, mode, client.name
+    def __init__(self, client: OpenAIChat, mode: str, retry: bool = True) -> None:
+        self.client, self.mode, self.name, self.retry = client, mode, client.name, retry
         self.memo = FormatMemo()
 
     def one(self, msgs: Messages, ballot: Ballot, max_tokens: int) -> Cast:
         if self.mode == "schema":
-            return ask_schema(self.client, msgs, ballot, max_tokens=max_tokens, memo=self.memo)
-        return ask_text(self.client, msgs, ballot, max_tokens=max_tokens)
+            return ask_schema(self.client, msgs, ballot, max_tokens=max_tokens, memo=self.memo, retry=self.retry)
+        return ask_text(self.client, msgs, ballot, max_tokens=max_tokens, retry=self.retry)
 
     def cast(self, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int) -> Iterator[tuple[int, Cast]]:
         """At most ``concurrency`` votes in flight; a new one starts as soon as one completes."""
@@ -65,8 +66,8 @@ class ServerJuror:
 class LocalJuror:
     """A local model voting a batch at a time, by label slots or by greedy text."""
 
-    def __init__(self, chat: LocalChat, mode: str, batch: int = 16) -> None:
-        self.chat, self.mode, self.name, self.batch = chat, mode, chat.name, max(1, batch)
+    def __init__(self, chat: LocalChat, mode: str, batch: int = 16, retry: bool = True) -> None:
+        self.chat, self.mode, self.name, self.batch, self.retry = chat, mode, chat.name, max(1, batch), retry
 
     def cast(self, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int) -> Iterator[tuple[int, Cast]]:
         for lo in range(0, len(conversations), self.batch):
@@ -74,7 +75,7 @@ class LocalJuror:
             if self.mode == "slots":
                 casts = slot_casts(self.chat.model, chunk, ballot)
             else:
-                casts = text_casts_local(self.chat, chunk, ballot, max_tokens=max_tokens)
+                casts = text_casts_local(self.chat, chunk, ballot, max_tokens=max_tokens, retry=self.retry)
             for j, c in enumerate(casts):
                 yield lo + j, c
 
@@ -82,21 +83,23 @@ class LocalJuror:
 class ChatJuror:
     """Any other :class:`~sleight.backends.chat.ChatModel` (``chat_many`` only): text votes by batch."""
 
-    def __init__(self, chat: Any, batch: int = 16) -> None:
-        self.chat, self.mode, self.name, self.batch = chat, "text", getattr(chat, "name", "juror"), max(1, batch)
+    def __init__(self, chat: Any, batch: int = 16, retry: bool = True) -> None:
+        self.chat, self.mode, self.name, self.batch, self.retry = chat, "text", getattr(chat, "name", "juror"), max(1, batch), retry
 
     def cast(self, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int) -> Iterator[tuple[int, Cast]]:
         for lo in range(0, len(conversations), self.batch):
-            for j, c in enumerate(text_casts_local(self.chat, conversations[lo : lo + self.batch], ballot, max_tokens=max_tokens)):
+            chunk = conversations[lo : lo + self.batch]
+            for j, c in enumerate(text_casts_local(self.chat, chunk, ballot, max_tokens=max_tokens, retry=self.retry)):
                 yield lo + j, c
 
 
-def resolve_mode(mode: str, local: bool) -> str:
-    """``auto`` is label slots on a local model and the schema path on a server."""
+def resolve_mode(mode: str, local: bool, rules: JuryRules = SLEIGHT) -> str:
+    """``auto`` is what ``rules`` ask for: under sleight's, label slots on a local model and the
+    schema path on a server; under the study's, free text on both."""
     if mode not in VOTE_MODES:
         raise UserError(f"unknown --vote '{mode}' (choose from {', '.join(VOTE_MODES)})")
     if mode == "auto":
-        return "slots" if local else "schema"
+        return rules.vote_local if local else rules.vote_server
     if mode == "slots" and not local:
         raise UserError("--vote slots reads a local model's own next-token distribution; a server juror votes by schema or text")
     if mode == "schema" and local:
@@ -104,15 +107,16 @@ def resolve_mode(mode: str, local: bool) -> str:
     return mode
 
 
-def make_juror(chat: Any, mode: str = "auto", *, batch: int = 16) -> Juror:
-    """The juror for a loaded judge: a server client, a local model, or any ``chat_many`` model."""
+def make_juror(chat: Any, mode: str = "auto", *, batch: int = 16, rules: JuryRules = SLEIGHT) -> Juror:
+    """The juror for a loaded judge: a server client, a local model, or any ``chat_many`` model,
+    voting and retrying as ``rules`` say (``mode`` other than ``auto`` overrides the vote)."""
     if isinstance(chat, OpenAIChat):
-        return ServerJuror(chat, resolve_mode(mode, local=False))
+        return ServerJuror(chat, resolve_mode(mode, local=False, rules=rules), retry=rules.retry)
     if isinstance(chat, LocalChat):
-        return LocalJuror(chat, resolve_mode(mode, local=True), batch)
+        return LocalJuror(chat, resolve_mode(mode, local=True, rules=rules), batch, retry=rules.retry)
     if mode not in ("auto", "text"):
         raise UserError(f"--vote {mode} is not available for judge {getattr(chat, 'name', chat)!r}; use --vote text")
-    return ChatJuror(chat, batch)
+    return ChatJuror(chat, batch, retry=rules.retry)
 
 
 def parse_jury(spec: str) -> list[str]:

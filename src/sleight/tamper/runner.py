@@ -62,16 +62,19 @@ def run_config(
     question_source: str = "shipped",
     substitute_source: str = "shipped",
     decoding: str = "lockstep",
+    load: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``config``: everything that decides the records (compared on resume).
 
-    ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`.
+    ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`;
+    ``load``: the vllm settings that change the records (quantization, scorer, ...; none on hf).
     """
     return {
         "model": model_spec,
         "engine": engine,
         "dtype": dtype,
         "decoding": decoding,
+        **({"load": load} if load else {}),
         **asdict(config),
         "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
         "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},

@@ -94,7 +94,8 @@ def pooled_mean(values: np.ndarray, windows: Sequence[np.ndarray]) -> float | No
     idx = np.concatenate([np.asarray(w, dtype=np.int64) for w in windows]) if windows else np.zeros(0, dtype=np.int64)
     if idx.size == 0:
         return None
-    return float(np.mean(np.asarray(values, dtype=np.float64)[idx]))
+    mean = float(np.mean(np.asarray(values, dtype=np.float64)[idx]))
+    return None if np.isnan(mean) else mean  # a signal the engine did not give (vLLM's full entropy) is null
 
 
 def _minus(a: float | None, b: float | None) -> float | None:

@@ -7,16 +7,22 @@ unchanged. Its placeholders are the study's -- ``{query}`` (the question), ``{tr
 accepted answers, ``; ``-joined; empty for a question that is not shipped), which the study did not
 have. ``{reaction}`` is required: a judge that never sees the reply cannot label it.
 
+The file may also be the study's own source file, unchanged: ``src/awareness/judge.py`` of
+fractalego/Sleight-of-Word (``.py``), from which the two string constants ``SYSTEM`` and
+``USER_TEMPLATE`` are read by parsing the file (never importing or running it) -- the one command
+that fetches it is in docs/jury.md. Both forms give the same templates, so the same votes.
+
 The reply fields are the study's too: ``flagged``, ``corrected``, ``derailed``, ``aware`` (stored as
 ``switch_aware``), ``confidence``, ``rationale`` (stored as the reason). A reply is read as the
 study reads it (Sleight-of-Word ``src/awareness/judge.py``, ``_extract_json`` and ``_verdict_from``,
 lines 55-81 at commit 08d2bae): a label that is missing (or ``null``) is false; ``confidence``, when
-given, must be a number in [0, 1]; a reply with no readable JSON object is "unknown", which is
-stored as an abstention. Two deliberate differences: a label's value is read strictly (``"false"`` is
-false, where the study's ``bool("false")`` is true; any value that is not a boolean makes the reply
-unknown), and the JSON object may sit anywhere in the reply (the study takes the text from the
-first ``{`` to the last ``}``). As for every juror, an unknown reply is asked once more before it is
-recorded as an abstention.
+given, must be a number in [0, 1]; a reply with no readable JSON object is "unknown". Under the
+study's conventions (the default; :mod:`sleight.jury.rules`) that is all: the object is the text from
+the first ``{`` to the last ``}``, a label's value is read by truthiness (the study's
+``bool("false")`` is true), and an unknown reply counts as false in the majority. Under
+``--conventions sleight`` a label's value is read strictly (``"false"`` is false; any value that is
+not a boolean makes the reply unknown), the JSON object may sit anywhere in the reply, and an unknown
+reply is asked once more, then recorded as an abstention.
 
 Pure apart from reading the file.
 """
@@ -67,6 +73,15 @@ class StudyBallot(Ballot):
             return None
         rationale = keys.get(self.reason)
         out[self.reason] = ("" if rationale is None else str(rationale)).strip()[:RATIONALE_MAX_CHARS]
+        return out
+
+    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The study's own reading (:meth:`Ballot.read_study_object`) plus its record's checks: a
+        confidence that is not a number in [0, 1] makes the reply unknown; the rationale is cut."""
+        out = super().read_study_object(obj)
+        if out is None or _confidence(obj.get(CONFIDENCE, 0.5)) is None:
+            return None
+        out[self.reason] = out[self.reason][:RATIONALE_MAX_CHARS]
         return out
 
     def skeleton(self) -> str:
@@ -155,8 +170,38 @@ def _placeholders(template: str, where: str) -> set[str]:
     return found
 
 
+# The study's judge module names its templates so (src/awareness/judge.py lines 19 and 28 at 08d2bae).
+PY_NAMES: dict[str, str] = {"SYSTEM": "system", "USER_TEMPLATE": "user"}
+
+
+def templates_from_python(text: str, path: Path) -> dict[str, str]:
+    """``SYSTEM`` and ``USER_TEMPLATE`` of the study's judge module, read from its syntax tree (the
+    file is parsed, never imported or run); each must be a plain string literal at module level."""
+    import ast
+
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"--prompt-file {path} is not Python ({exc.msg}, line {exc.lineno})") from None
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if name in PY_NAMES:
+            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+                raise UserError(f"--prompt-file {path}: {name} (line {node.lineno}) is not a plain string")
+            found[PY_NAMES[name]] = node.value.value
+    if "user" not in found:
+        raise UserError(f"--prompt-file {path}: no USER_TEMPLATE string (the study's src/awareness/judge.py defines one)")
+    return found
+
+
 def parse_prompt_file(text: str, path: Path) -> PromptFile:
-    """A prompt file's text checked (pure): YAML with ``user`` and optionally ``system``."""
+    """A prompt file's text checked (pure): the study's judge module (``.py``), or YAML with
+    ``user`` and optionally ``system``."""
+    if Path(path).suffix == ".py":
+        return _checked(templates_from_python(text, path), path)
     import yaml
 
     try:
@@ -171,6 +216,11 @@ def parse_prompt_file(text: str, path: Path) -> PromptFile:
     for key in KEYS:
         if key in data and data[key] is not None and not isinstance(data[key], str):
             raise UserError(f"--prompt-file {path}: '{key}' must be text")
+    return _checked(data, path)
+
+
+def _checked(data: Mapping[str, Any], path: Path) -> PromptFile:
+    """The templates checked (placeholders known, ``{reaction}`` present) and hashed."""
     user, system = data.get("user"), data.get("system")
     if not user or not str(user).strip():
         raise UserError(f"--prompt-file {path}: no 'user' template")

@@ -2,11 +2,18 @@
 
 Resumable: votes already stored for (trial, juror, prompt variant) are skipped, so a killed judge
 run picks up where it stopped; a vote lost to a transport error is recorded as an abstention and
-asked again on the next run (its old row is then compacted away). An unparsable reply is retried
-once, then recorded as an abstention. A local juror votes by label slots unless told otherwise
-(:mod:`sleight.jury.slots`), a server juror by JSON schema with the text path as its fallback.
-Several runs are judged in one pass per juror, so a server juror keeps its requests in flight
-across runs.
+asked again on the next run (its old row is then compacted away). Several runs are judged in one
+pass per juror, so a server juror keeps its requests in flight across runs.
+
+How the jury is asked and read follows the runs' conventions (:mod:`sleight.jury.rules`). The
+study's (the default): free-text votes, greedy, 256 tokens, one ask, an unparsable reply read as
+false, a label true when two jurors say so. Sleight's: label slots on a local juror (:mod:`sleight.jury.slots`), a
+JSON schema on a server, 200 tokens, an unparsable reply asked once more and then recorded as an
+abstention, a majority of valid votes. Either way every reply is stored as it came.
+
+Each juror's chat-template arguments (e.g. ``{"enable_thinking": false}``, as the study gave its
+Qwen3.6 juror) are recorded in ``jury.json``; a juror whose stored votes were cast under other
+arguments is refused in one line before anything loads, as is a change of conventions.
 """
 
 from __future__ import annotations
@@ -14,16 +21,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from sleight.backends.chat import ChatModel, load_chat
+from sleight.errors import UserError
 from sleight.jury.cast import Cast
 from sleight.jury.jurors import make_juror, resolve_mode
+from sleight.jury.rules import JuryRules, rules_for
 from sleight.jury.runner import JurorStats, Tally, run_juror
 from sleight.jury.runner import no_vote_line as _no_vote_line
 from sleight.tamper.jury import store as jury_store
@@ -41,6 +50,7 @@ class JudgeSummary(Tally):
     run_dirs: list[Path]
     prompt_variant: str
     n_judged_trials: int
+    conventions: str = "study"
     jurors: list[JurorSummary] = field(default_factory=list)
     verdicts_paths: list[Path] = field(default_factory=list)
     compacted: int = 0  # superseded vote rows dropped
@@ -117,11 +127,13 @@ def judge_runs(
     variant: str = "default",
     prompt_file: Path | str | None = None,
     vote: str = "auto",
-    max_tokens: int = 200,
+    max_tokens: int | None = None,
     batch: int = 16,
     limit: int | None = None,
     loader: Loader | None = None,
     progress: bool = True,
+    conventions: str | None = None,
+    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> JudgeSummary:
     """Judge every trial with ≥1 swap in each run by every juror, then write each run's verdicts.
 
@@ -134,6 +146,10 @@ def judge_runs(
     committed at a time (and a local juror's batch); a server juror keeps up to its concurrency in
     flight whatever the batch. ``limit`` asks each juror about at most that many pending trials in
     this call, over all runs (the rest stay pending and count as missing votes until judged).
+    ``conventions`` (``study`` or ``sleight``; default: the runs' own) choose the jury's rules
+    (module docstring); ``vote`` other than ``auto`` and ``max_tokens`` override theirs.
+    ``template_kwargs`` maps a juror to the chat-template arguments its loader applies (none when
+    absent); they are recorded, and a juror whose stored votes were cast under others is refused.
     """
     jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
     if prompt_file is not None:
@@ -143,14 +159,21 @@ def judge_runs(
     else:
         prompt = builtin_prompt(variant)
     variant = prompt.variant
-    for spec in jurors:  # a wrong --vote is refused before any model loads
-        resolve_mode(vote, local=not spec.startswith("openai:"))
-    runs = []
+    runs, manifests = [], []
     for d in run_dirs:
-        trials, _ = load_run_trials(Path(d))
+        trials, manifest = load_run_trials(Path(d))
         runs.append(_Run(Path(d), judged_trials(trials)))
+        manifests.append(manifest)
+    rules = rules_for(conventions or runs_conventions([r.path for r in runs], manifests))
+    max_tokens = rules.max_tokens if max_tokens is None else max_tokens
+    prompt = replace(prompt, ballot=prompt.ballot.with_reading(rules.reading))
+    for spec in jurors:  # a wrong --vote is refused before any model loads
+        resolve_mode(vote, local=not spec.startswith("openai:"), rules=rules)
+    kwargs = {j: dict((template_kwargs or {}).get(j) or {}) for j in jurors}
+    for run in runs:  # votes cast under other rules or template arguments are refused before any model loads
+        check_resume(run.path, variant, rules, kwargs)
     load = loader or (lambda spec: load_chat(spec))
-    summary = JudgeSummary([r.path for r in runs], variant, sum(len(r.trials) for r in runs))
+    summary = JudgeSummary([r.path for r in runs], variant, sum(len(r.trials) for r in runs), rules.name)
     for juror in jurors:
         js = JurorSummary(juror)
         summary.jurors.append(js)
@@ -164,7 +187,7 @@ def judge_runs(
             todo = todo[: max(limit, 0)]
         if not todo:
             continue
-        judge = make_juror(load(juror), vote, batch=batch)
+        judge = make_juror(load(juror), vote, batch=batch, rules=rules)
         js.vote = judge.mode
         _ask(judge, js, todo, prompt, max_tokens=max_tokens, batch=batch, progress=progress)
     meta = {
@@ -172,16 +195,55 @@ def judge_runs(
         "jury_size": len(jurors),
         "prompt_variant": variant,
         **prompt.meta,
+        "conventions": rules.name,
+        "rules": asdict(rules),
         "vote": vote,
         "max_tokens": max_tokens,
+        "juror_chat_template_kwargs": kwargs,
         "answers_sha256": _answers_hash(),
         "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     for run in runs:
         summary.compacted += jury_store.compact_judgements(run.path)
-        verdicts = jury_store.compute_verdicts(run.trials, jury_store.load_judgements(run.path), jurors, variant)
+        verdicts = jury_store.compute_verdicts(run.trials, jury_store.load_judgements(run.path), jurors, variant, rules)
         summary.verdicts_paths.append(jury_store.write_verdicts(run.path, verdicts, meta))
     return summary
+
+
+def runs_conventions(run_dirs: Sequence[Path], manifests: Sequence[Mapping[str, Any]]) -> str:
+    """The conventions the runs were made under (a run made before they were recorded: sleight's);
+    runs made under different ones need ``--conventions``."""
+    found: dict[str, Path] = {}
+    for d, m in zip(run_dirs, manifests):
+        cfg = m["config"] if isinstance(m.get("config"), dict) else m
+        found.setdefault(str(cfg.get("conventions", "sleight")), Path(d))
+    if len(found) > 1:
+        (a, da), (b, db) = list(found.items())[:2]
+        raise UserError(f"runs {da} ({a}) and {db} ({b}) were made under different conventions; give --conventions study|sleight")
+    return next(iter(found), "study")
+
+
+def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse, in one line, to add votes to a run whose stored votes (same prompt) were cast under
+    other conventions, or by a juror under other chat-template arguments (``jury.json``)."""
+    meta = jury_store.load_jury_meta(run_dir)
+    if not meta or meta.get("prompt_variant") != variant:
+        return
+    stored = jury_store.load_judgements(run_dir, repair=True)
+    stored = stored[stored["prompt_variant"] == variant]
+    if len(stored) and meta.get("conventions", rules.name) != rules.name:
+        raise UserError(
+            f"run {run_dir} holds votes cast under --conventions {meta['conventions']}; judge it with those, "
+            f"or a fresh copy of the run with --conventions {rules.name}"
+        )
+    before = meta.get("juror_chat_template_kwargs") or {}
+    for juror, now in kwargs.items():
+        if juror in before and dict(before[juror]) != dict(now) and (stored["juror"] == juror).any():
+            raise UserError(
+                f"run {run_dir}: juror {juror} cast its votes with chat-template arguments {json.dumps(before[juror], sort_keys=True)}, "
+                f"not {json.dumps(dict(now), sort_keys=True)}; give the same (--thinking / --chat-template-kwargs / "
+                "--juror-chat-template-kwargs) or judge a fresh copy of the run"
+            )
 
 
 def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], prompt: JudgePrompt, *, max_tokens: int, batch: int, progress: bool) -> None:
@@ -223,7 +285,10 @@ def _answers_hash() -> str:
 def summary_lines(summary: JudgeSummary) -> list[str]:
     """What ``tamper judge`` prints: per juror what was asked, cast, abstained, how fast, and for
     slot votes the median slot mass and the slots below the floor."""
-    lines = [f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) (prompt '{summary.prompt_variant}')"]
+    lines = [
+        f"trials to judge (>=1 swap): {summary.n_judged_trials} in {len(summary.run_dirs)} run(s) "
+        f"(prompt '{summary.prompt_variant}', {summary.conventions} conventions)"
+    ]
     lines += summary.tally_lines()
     lines += [f"verdicts: {p}" for p in summary.verdicts_paths]
     return lines

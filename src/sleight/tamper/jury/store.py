@@ -19,7 +19,8 @@ import pandas as pd
 import pyarrow as pa
 
 from sleight.jury import store
-from sleight.tamper.jury.prompt import LABELS, majority
+from sleight.jury.rules import STUDY, JuryRules
+from sleight.tamper.jury.prompt import LABELS
 
 JUDGEMENTS = "judgements.parquet"
 VERDICTS = "verdicts.parquet"
@@ -80,12 +81,18 @@ def stored_keys(judgements: pd.DataFrame, juror: str, variant: str) -> set[tuple
     return set(zip(done["question_id"], done["substitute"]))
 
 
-def compute_verdicts(trials: pd.DataFrame, judgements: pd.DataFrame, jury: Sequence[str], variant: str) -> pd.DataFrame:
-    """The jury's majority per label for every judged trial (pure).
+def compute_verdicts(
+    trials: pd.DataFrame, judgements: pd.DataFrame, jury: Sequence[str], variant: str, rules: JuryRules = STUDY
+) -> pd.DataFrame:
+    """The jury's verdict per label for every judged trial, read by ``rules`` (pure).
 
-    ``trials`` are the judged trials (≥1 swap). A juror with no stored vote for a trial counts as
-    abstaining. ``ignored`` is true when every label has a false majority (null while a label
-    without majority could still be true); ``undecided`` when some label has no majority.
+    ``trials`` are the judged trials (≥1 swap). Sleight's rules: a juror with no stored vote for a
+    trial counts as abstaining, and a label needs a majority of valid votes. The study's rules
+    (:mod:`sleight.jury.rules`): an unparsable reply is a false vote, a label is true when two jurors
+    say true, and a trial waits (undecided) until every juror has answered it -- a vote lost to a
+    transport error, or not asked yet, is no answer. ``ignored`` is true when every label is false
+    (null while a label without a verdict could still be true); ``undecided`` when some label has
+    no verdict. ``<label>_yes``/``_no`` count the valid votes either way.
     """
     votes = judgements[(judgements["prompt_variant"] == variant) & judgements["juror"].isin(list(jury))]
     by_trial: dict[tuple[str, str], list[Mapping[Any, Any]]] = {}
@@ -95,11 +102,16 @@ def compute_verdicts(trials: pd.DataFrame, judgements: pd.DataFrame, jury: Seque
     for t in trials.to_dict("records"):
         recs = by_trial.get((t["question_id"], t["substitute"]), [])
         cast = [r for r in recs if not r["abstained"]]
+        answered = [r for r in recs if r["error"] is None or (isinstance(r["error"], float) and pd.isna(r["error"]))]
+        complete = {r["juror"] for r in answered} >= set(jury)
         row: dict[str, Any] = {k: t.get(k) for k in ("model", "question_id", "substitute", "substitute_index", "is_entity", "n_swaps")}
         row.update(prompt_variant=variant, jury=",".join(jury), jury_size=len(jury))
         for label in LABELS:
             vals = [bool(r[label]) for r in cast]
-            row[label] = majority(vals, len(jury))
+            if rules.unparsable_is_false:
+                row[label] = rules.verdict([None if r["abstained"] else bool(r[label]) for r in answered], len(jury), complete)
+            else:
+                row[label] = rules.verdict(vals, len(jury))
             row[f"{label}_yes"] = sum(vals)
             row[f"{label}_no"] = len(vals) - sum(vals)
         row["ignored"] = _ignored([row[label] for label in LABELS])

@@ -14,6 +14,9 @@ from sleight.progress import SweepProgress
 from sleight.render import fmt
 from sleight.tamper.report import plots, tables
 from sleight.tamper.report.export import Section, to_latex, to_markdown, write_csv
+from sleight.tamper.report.meta import ReportMeta
+from sleight.tamper.report.paper import B_DEFAULT
+from sleight.tamper.report.paper_sections import model_trials, paper_sections
 from sleight.tamper.report.runs import RunData, load_runs
 from sleight.tamper.report.site import write_site
 
@@ -40,7 +43,12 @@ def jury_preamble(runs: Sequence[RunData]) -> str:
         if len(r.jury) == 1:
             parts.append(f"{r.model}: JURY OF ONE ({who}) — its single vote is the verdict, no majority and no agreement can be measured")
         else:
-            parts.append(f"{r.model}: {r.jury_label} ({who}); majority = two agreeing non-abstaining votes")
+            rule = (
+                "a label true when two jurors say true, an unparsable reply read as false (the study's rules)"
+                if r.jury_meta.get("conventions") == "study"
+                else "majority = two agreeing non-abstaining votes"
+            )
+            parts.append(f"{r.model}: {r.jury_label} ({who}); {rule}")
         parts[-1] += f"; judge prompt '{variant}'"
         slot = tables.abstention_table([r])
         slot = slot[slot["Slots"] > 0]
@@ -52,13 +60,17 @@ def jury_preamble(runs: Sequence[RunData]) -> str:
     return "Judges — " + " | ".join(parts) + "."
 
 
-def sections(runs: Sequence[RunData]) -> list[Section]:
+def sections(runs: Sequence[RunData], meta: ReportMeta | None = None, *, B: int = B_DEFAULT) -> list[Section]:
+    """Every section in order: the paper's Table 1, the counts behind it, the paper's other tables and
+    claims (:mod:`.paper_sections`), then the jury's agreement, abstentions and the lexical baseline."""
     t1 = tables.table1(runs)
     abst = tables.abstention_table(runs)
+    _, paper = paper_sections(list(runs), meta, B=B)
     return [
+        paper[0],
         Section(
             "leaderboard",
-            "Table 1 — Sleight of Word leaderboard (sorted by flagged)",
+            "Table 1 — counts, undecided trials and both Δ definitions (sorted by flagged)",
             t1,
             tables.TABLE1_SHOWN,
             "Eligible: trials with ≥1 swap, the ones the jury is asked about and the denominator of every "
@@ -71,20 +83,7 @@ def sections(runs: Sequence[RunData]) -> list[Section]:
             "(non-overlapping windows vs the clean run's tokens after its own triggers).",
             warning=" ".join(tables.table1_warnings(t1)),
         ),
-        Section(
-            "entity",
-            "Table 2 — entity vs neutral substitutes",
-            tables.table2(runs),
-            tables.TABLE2_SHOWN,
-            "The pooled row adds counts over models before dividing.",
-        ),
-        Section(
-            "untouched",
-            "Appendix — untouched trials (the clean run never emits the trigger)",
-            tables.untouched_table(runs),
-            ["Model", "Trials", "Untouched", "Untouched %", "Questions", "Questions untouched"],
-            "Untouched trials equal the clean run; they are not judged.",
-        ),
+        *paper[1:],
         Section(
             "agreement",
             "Jury agreement",
@@ -147,16 +146,27 @@ def gold_section(runs: Sequence[RunData], gold_files: Sequence[Path]) -> Section
 
 
 def write_report(
-    run_dirs: Sequence[Path], out: Path, *, site: bool = True, progress: bool = True, gold: Sequence[Path] = ()
+    run_dirs: Sequence[Path],
+    out: Path,
+    *,
+    site: bool = True,
+    progress: bool = True,
+    gold: Sequence[Path] = (),
+    meta: ReportMeta | None = None,
+    B: int = B_DEFAULT,
 ) -> ReportPaths:
     """Every output of the report for ``run_dirs`` (one run per model) under ``out``; ``gold``:
-    people's label files to compare the jury with."""
+    people's label files to compare the jury with; ``meta``: the models' display names, thinking
+    marks, sizes and pairs (:mod:`.meta`; without it, run names and no marks); ``B``: bootstrap
+    replicates of every interval."""
     if not run_dirs:
         raise UserError("give at least one run directory to report on")
     runs = load_runs([Path(d) for d in run_dirs])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    secs = sections(runs)
+    if B < 1:
+        raise UserError(f"--bootstrap {B}: give at least one replicate")
+    secs = sections(runs, meta, B=B)
     gold_sec = gold_section(runs, gold)
     if gold_sec is not None:
         secs.append(gold_sec)
@@ -168,9 +178,13 @@ def write_report(
         p = out / ("leaderboard.csv" if s.key == "leaderboard" else f"{s.key}.csv")
         write_csv(s, p)
         paths.csv.append(p)
-    paths.plots.append(plots.plot_dissociation(secs[0].frame, out / "dissociation.png"))
+    board = next(s for s in secs if s.key == "leaderboard")
+    paths.plots.append(plots.plot_dissociation(board.frame, out / "dissociation.png"))
     paths.plots.append(plots.plot_swap_profile(plots.swap_profile(runs), out / "swap_profile.png"))
     if site:
         with SweepProgress(len(runs), unit="model", desc="viewer pages", enabled=progress, tokens=False) as prog:
-            paths.index = write_site(out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda m: prog.finish_item(1, str(m)))
+            aliases = {model_trials(r, meta).display: r.model for r in runs}
+            paths.index = write_site(
+                out, runs, secs, [p.name for p in paths.plots], preamble=preamble, progress=lambda m: prog.finish_item(1, str(m)), aliases=aliases
+            )
     return paths

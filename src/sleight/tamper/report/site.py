@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from sleight import rundir
-from sleight.render import fmt
 from sleight.tamper.jury.gold import load_sample
 from sleight.tamper.jury.prompt import DEFINITIONS, LABELS
 from sleight.tamper.jury.run import answers_for
@@ -213,6 +212,9 @@ def _page(title: str, body: str, *, assets: str, scripts: Sequence[str] = (), he
     )
 
 
+LINKED = ("table1", "leaderboard")  # sortable tables whose model names link to the model's viewer
+
+
 def html_table(section: Section, *, sortable: bool = False, links: dict[str, str] | None = None) -> str:
     """A table whose numeric cells carry ``data-value`` (the raw number) for sorting."""
     cls = ' class="sortable"' if sortable else ""
@@ -222,11 +224,11 @@ def html_table(section: Section, *, sortable: bool = False, links: dict[str, str
         for c in section.shown
     )
     body = []
-    for _, row in section.frame.iterrows():
+    for i, (_, row) in enumerate(section.frame.iterrows()):
         cells = []
         for c in section.shown:
             v = row[c]
-            text = html.escape(fmt(v, c))
+            text = html.escape(section.cell(v, c))
             if c == "Model" and links and str(v) in links:
                 text = f'<a href="{html.escape(links[str(v)])}">{text}</a>'
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
@@ -235,7 +237,8 @@ def html_table(section: Section, *, sortable: bool = False, links: dict[str, str
                 cells.append(f'<td data-value="{num}"{flag}>{text}</td>')
             else:
                 cells.append(f'<td class="text">{text}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        mark = ' class="think" title="thinking-capable"' if section.marked(i) else ""
+        body.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
     return f'<table id="t-{section.key}"{cls}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -247,8 +250,11 @@ def write_site(
     *,
     preamble: str = "",
     progress: Callable[[str], None] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> Path:
-    """Write ``index.html``, the assets and one viewer per model under ``out``; returns index.html."""
+    """Write ``index.html``, the assets and one viewer per model under ``out``; returns index.html.
+    ``aliases``: other names of a model in the tables (the paper's display name -> the run's model),
+    linked to its viewer too."""
     out = Path(out)
     (out / "assets").mkdir(parents=True, exist_ok=True)
     for name in ASSETS:
@@ -261,16 +267,19 @@ def write_site(
         if progress:
             progress(run.model)
         write_viewer(out / "models", s, run, token_texter(run))
+    for name, model in (aliases or {}).items():
+        if model in links:
+            links.setdefault(name, links[model])
     parts = [
         "<header><h1>Sleight of Word — leaderboard</h1>",
         f"<p>{html.escape(preamble)}</p>" if preamble else "",
         "<p>Click a column header to sort; click a model to browse its trials.</p></header><main>",
     ]
-    for i, sec in enumerate(sections):
+    for sec in sections:
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
         if sec.warning:
             parts.append(f'<p class="warn"><strong>Read with care:</strong> {html.escape(sec.warning)}</p>')
-        parts.append(html_table(sec, sortable=i == 0, links=links if i == 0 else None))
+        parts.append(html_table(sec, sortable=sec.key in LINKED, links=links if sec.key in LINKED else None))
         if sec.note:
             parts.append(f'<p class="note">{html.escape(sec.note)}</p>')
     if plots:

@@ -115,60 +115,6 @@ def table1_warnings(t1: pd.DataFrame) -> list[str]:
     return out
 
 
-def table2(runs: Sequence[RunData]) -> pd.DataFrame:
-    """Entity ("Mandela effect") vs neutral words: flagged and derailed, per model and pooled.
-
-    The pooled row adds the counts of all models before dividing (not a mean of percentages); a
-    model on whose trials no vote was cast has missing rates ("—") and stays out of the pooled row.
-    """
-    rows = []
-    for run in runs:
-        judged = run.judged
-        has = "flagged" in judged.columns
-        row: dict[str, object] = {"Model": run.model, "voted": run.verdicts is not None and _counts(judged)["n_voted"] > 0}
-        for cond, mask in (("entity", judged["is_entity"].astype(bool)), ("neutral", ~judged["is_entity"].astype(bool))):
-            part = judged[mask]
-            row[f"n_{cond}"] = len(part)
-            row[f"n_flagged_{cond}"] = int(_true(part["flagged"]).sum()) if has else 0
-            row[f"n_derailed_{cond}"] = int(_true(part["derailed"]).sum()) if has else 0
-        rows.append(row)
-    df = pd.DataFrame(rows, columns=["Model", "voted", *_T2_COUNTS])
-    voted = df[df["voted"].astype(bool)]
-    pooled = {"Model": "pooled", "voted": len(voted) > 0} | {c: int(voted[c].sum()) for c in _T2_COUNTS}
-    df = pd.concat([df, pd.DataFrame([pooled])], ignore_index=True)
-    nan = float("nan")
-    for cond, title in (("entity", "Entity"), ("neutral", "Neutral")):
-        df[f"{title} n"] = df[f"n_{cond}"]
-        for label, short in (("flagged", "flag."), ("derailed", "derail.")):
-            df[f"{title} {short} %"] = [pct(k, n) if v else nan for k, n, v in zip(df[f"n_{label}_{cond}"], df[f"n_{cond}"], df["voted"])]
-    return df
-
-
-_T2_COUNTS = [f"n_{k}{c}" for c in ("entity", "neutral") for k in ("", "flagged_", "derailed_")]
-TABLE2_SHOWN = ["Model", "Entity n", "Entity flag. %", "Entity derail. %", "Neutral n", "Neutral flag. %", "Neutral derail. %"]
-
-
-def untouched_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    """Per model: how many trials never met the trigger (their clean run never emits it)."""
-    rows = []
-    for run in runs:
-        t = run.trials
-        unt = t["untouched"].fillna(False).astype(bool) if "untouched" in t.columns else t["n_swaps"].fillna(0) == 0
-        q_all = t["question_id"].nunique()
-        q_unt = t.loc[unt, "question_id"].nunique()
-        rows.append(
-            {
-                "Model": run.model,
-                "Trials": len(t),
-                "Untouched": int(unt.sum()),
-                "Untouched %": pct(int(unt.sum()), len(t)),
-                "Questions": q_all,
-                "Questions untouched": q_unt,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def _vote_matrix(run: RunData, label: str) -> pd.DataFrame:
     """trials × jurors matrix of one label's votes (NaN = abstained or missing)."""
     v = run.votes

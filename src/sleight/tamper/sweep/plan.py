@@ -1,0 +1,88 @@
+"""A sweep's tasks: one typed :class:`~sleight.tamper.job.TamperJob` per (subject, shard), each
+into that subject's run directory (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from sleight.backends.spec import ModelSpec
+from sleight.errors import UserError
+from sleight.rundir import Shard
+from sleight.tamper.job import TRIAL_KEYS, TamperJob
+from sleight.tamper.sweep.config import SweepConfig
+
+SPEC_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ModelSpec) if f.name != "model")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One ``tamper run`` of a sweep: a subject's shard, as the job its worker runs."""
+
+    name: str  # the subject's folder under OUT (and its name in the progress display)
+    job: TamperJob
+
+    @property
+    def shard(self) -> Shard:
+        from sleight.rundir import parse_shard
+
+        return parse_shard(self.job.shard)
+
+    @property
+    def out(self) -> Path:
+        return self.job.run_dir
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the task's engine spans (tensor x pipeline parallel), asked of a GPU cluster."""
+        return float(self.job.model.devices)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.shard.whole else f"{self.name} [{self.shard}]"
+
+
+@dataclass
+class Plan:
+    """A sweep's tasks, and what follows them (the jury, the report)."""
+
+    config: SweepConfig
+    out: Path
+    tasks: list[Task]
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [self.out / m.name for m in self.config.subjects]
+
+    def spec_of(self, name: str) -> ModelSpec:
+        return next(t.job.model for t in self.tasks if t.name == name)
+
+
+def build_plan(config: SweepConfig, out: Path | None, overrides: Mapping[str, Any] | None = None, *, shards: int | None = None) -> Plan:
+    """One task per (subject, shard) (pure).
+
+    A subject's settings are the file's ``run:`` section, then its own, then the command line's
+    ``overrides`` (trial settings and model settings by their field names; only those the command
+    line set). ``shards`` (the command line's) replaces every subject's count."""
+    if shards is not None and shards < 1:
+        raise UserError(f"--shards must be at least 1 (got {shards})")
+    over = dict(overrides or {})
+    unknown = sorted(set(over) - set(TRIAL_KEYS) - set(SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"build_plan: no setting named {', '.join(unknown)}")
+    trials = replace(config.trials, **{k: v for k, v in over.items() if k in TRIAL_KEYS})
+    spec_over = {k: v for k, v in over.items() if k in SPEC_KEYS}
+    out = Path(out or config.out or "runs/tamper-sweep")
+    tasks: list[Task] = []
+    for m in config.subjects:
+        try:
+            spec = m.spec.with_(**spec_over) if spec_over else m.spec
+        except UserError as exc:
+            raise UserError(f"{m.name}: {exc}") from None
+        n = shards or m.shards or config.shards
+        for k in range(1, n + 1):
+            job = TamperJob(spec, trials, out=out / m.name, shard=str(Shard(k, n)), progress=False)
+            tasks.append(Task(m.name, job))
+    return Plan(config, out, tasks)
