@@ -6,6 +6,7 @@ questions) against the question-by-question order, in one process, on the same q
     python benchmarks/sweep.py --questions 10 --live-rows 101,202,404   # the live-rows knob
     python benchmarks/sweep.py --questions 10 --live-rows 0 --baseline  # the question order alone
     python benchmarks/sweep.py --questions 2 --substitutes 4 --max-new-tokens 16 --baseline   # smoke, seconds
+    python benchmarks/sweep.py --questions 1 --substitutes 4 --max-new-tokens 8 --live-rows 8 --fill-steps 4 --skip-vllm   # smoke
 
 Each order runs ``sleight.tamper.runner.run_tamper`` (what ``sleight tamper run`` calls) into a fresh
 run directory. Printed per order: wall time, trials/s, tokens/s, the projected full sweep
@@ -16,6 +17,15 @@ time went: model forward passes, the per-step records (log-softmax, top-20, full
 hook and the engine's book-keeping, committing results. Then the engine's rate against the CPU's
 physical bound (2 x parameters FLOPs a token, against cores x clock x FLOPs a cycle of its widest
 FMA units), and with ``--baseline`` whether the orders' trials are identical token for token.
+
+Then the ratios of issue 28, per order: **batch-fill efficiency**, the order's tokens/s over the
+engine's own unhooked rate at the same live rows with every row decoding for ``--fill-steps`` steps
+(end-of-sequence ignored, so every step is a full batch: one request of ``--substitutes`` identical
+rows per question, as the trials are); that unhooked rate over **raw vLLM-CPU greedy** on the same
+prompts, rows and steps (``ignore_eos``; when vllm imports, unless ``--skip-vllm``); the **bytes
+read per step** (the weights, and the KV columns attention read: live, and masked tails, from the
+ragged batch's own counts); the projected full sweep and, with ``--questions 100`` at the default
+size, the measured one.
 """
 
 from __future__ import annotations
@@ -94,6 +104,52 @@ def cpu_peak_gflops(cores: int) -> tuple[float, str]:
     return cores * ghz * flops, f"{cores} cores x {ghz:.2f} GHz x {flops} FLOP/cycle ({isa}, 2 FMA units)"
 
 
+def full_batch_rate(model, prompts: list[list[int]], rows: int, per_request: int, steps: int) -> tuple[float, float, float]:
+    """The engine's unhooked rate with ``rows`` rows decoding every step for ``steps`` steps: one
+    request of ``per_request`` identical rows per question (cycled), end-of-sequence ignored. The
+    first step (admission, prefill) is left out. Returns (tok/s, live and masked KV columns a step)."""
+    stream = model.stream(top_k=20, live_rows=rows)
+    stream.state.eos = frozenset()  # benchmark only: no row ends early, every step is a full batch
+    left, i = rows, 0
+    while left > 0:
+        n = min(per_request, left)
+        stream.submit([prompts[i % len(prompts)]] * n, steps)
+        left, i = left - n, i + 1
+    seen: list[tuple[float, int]] = []
+    stream.progress = lambda n: seen.append((time.perf_counter(), n))
+    for _ in stream:
+        pass
+    dt = seen[-1][0] - seen[0][0] if len(seen) > 1 else float("nan")
+    k = max(1, getattr(stream, "steps", 0))
+    return sum(n for _, n in seen[1:]) / dt, getattr(stream, "columns_live", 0) / k, getattr(stream, "columns_masked", 0) / k
+
+
+def vllm_greedy_rates(model, args, prompts: list[list[int]], row_counts: list[int], steps: int) -> dict[int, float]:
+    """Raw vLLM-CPU greedy on the same prompts: ``rows`` requests (prompts cycled), ``steps`` tokens
+    each, end-of-sequence ignored; tok/s per row count (prefill included). Empty when vllm does not import."""
+    try:
+        import vllm  # noqa: F401
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        from sleight.backends import load_model
+    except Exception as exc:  # vllm-cpu absent or broken: the ratio is left out
+        print(f"\nraw vLLM-CPU greedy: skipped ({type(exc).__name__}: {exc})")
+        return {}
+    v = load_model(args.model, engine="vllm", twin=model, threads=args.threads)
+    v.generate_until([prompts[0]], 2)  # starts the engine
+    out: dict[int, float] = {}
+    for rows in row_counts:
+        ps = [TokensPrompt(prompt_token_ids=prompts[i % len(prompts)]) for i in range(rows)]
+        sp = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True, detokenize=False)
+        t = time.perf_counter()
+        res = v.llm.generate(ps, sp, use_tqdm=False)
+        dt = time.perf_counter() - t
+        out[rows] = sum(len(r.outputs[0].token_ids) for r in res) / dt
+        print(f"raw vLLM-CPU greedy, {rows} rows x {steps} tokens: {out[rows]:.1f} tok/s ({v.info.engine_version})", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -105,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", action="store_true", help="also run the question-by-question order and compare the trials")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: a temporary folder)")
+    ap.add_argument("--fill-steps", type=int, default=None, help="steps of the full-batch reference (default: --max-new-tokens)")
+    ap.add_argument("--skip-vllm", action="store_true", help="leave out raw vLLM-CPU greedy")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -115,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from sleight.cli.main import quiet_libraries
     from sleight.progress import SweepProgress
     from sleight.tamper.data import load_questions, load_substitutes
-    from sleight.tamper.engine import TamperConfig
+    from sleight.tamper.engine import TamperConfig, render_question
     from sleight.tamper.runner import run_tamper
     from sleight.tamper.store import RunStore, load_manifest, load_trials
 
@@ -147,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(questions)} questions x {len(subs)} substitutes, budget {args.max_new_tokens}", flush=True)
     runs: dict[str, Path] = {}
     walls: dict[str, float] = {}
+    counted: dict[str, int] = {}
     for order, live in orders:
         name = f"{order}-{live}" if order == "sweep" else order
         out = root / name
@@ -157,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         s = run_tamper(model, questions, subs, out, cfg, question_source=qsrc, substitute_source=ssrc, progress=True,
                        schedule=order, live_rows=live or len(subs))
         wall = time.perf_counter() - t0
-        runs[name], walls[name] = out, wall
+        runs[name], walls[name], counted[name] = out, wall, s.tokens
         trials = s.trials
         steps = timers.steps
         cap = live if order == "sweep" else len(subs)
@@ -178,6 +237,42 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {label:40s} {sec:8.1f} s  {sec / wall:5.1%}")
         gflops = 2 * n_params * tps / 1e9
         print(f"   engine: {gflops:.1f} GFLOP/s at 2 x parameters a token = {gflops / peak:.0%} of the CPU's {peak:.0f} GFLOP/s ({peak_how})")
+    # -- issue 28's ratios ------------------------------------------------------------------------
+    steps = args.fill_steps or args.max_new_tokens
+    prompts = [render_question(model, q.question).ids for q in questions]
+    cfg_ = model.model.config.get_text_config(decoder=True)
+    heads = cfg_.num_attention_heads
+    col_bytes = 2 * cfg_.num_hidden_layers * cfg_.num_key_value_heads * getattr(cfg_, "head_dim", cfg_.hidden_size // heads) * 4
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.model.parameters())
+    fill: dict[int, tuple[float, float, float]] = {}
+    for _, live in orders:
+        rows = live or len(subs)
+        if rows not in fill:
+            fill[rows] = full_batch_rate(model, prompts, rows, len(subs), steps)
+            print(f"\nengine, unhooked, {rows} rows kept full for {steps} steps: {fill[rows][0]:.1f} tok/s", flush=True)
+    vllm_rate: dict[int, float] = {}
+    if not args.skip_vllm:
+        vllm_rate = vllm_greedy_rates(model, args, prompts, sorted(fill), steps)
+    fmt = lambda b: f"{b / 2**20:.0f} MiB"  # noqa: E731
+    print(f"\nbytes read a step: weights {fmt(weight_bytes)}; KV {col_bytes / 1024:.1f} KiB a column (all layers, keys and values)")
+    for order, live in orders:
+        name = f"{order}-{live}" if order == "sweep" else order
+        rows = live or len(subs)
+        sched = load_manifest(runs[name])["sessions"][-1]["schedule"]
+        tps = counted[name] / walls[name]
+        line = f"{name}: batch-fill efficiency {tps / fill[rows][0]:.2f} ({tps:.1f} / {fill[rows][0]:.1f} tok/s at {rows} rows)"
+        if rows in vllm_rate:
+            line += f"; engine unhooked / raw vLLM-CPU greedy {fill[rows][0] / vllm_rate[rows]:.2f} ({vllm_rate[rows]:.1f} tok/s)"
+        print(line)
+        if sched.get("steps"):
+            live_c, masked_c = sched["columns_live"] / sched["steps"], sched["columns_masked"] / sched["steps"]
+            print(f"   per step: weights {fmt(weight_bytes)} + live KV {fmt(live_c * col_bytes)} + masked KV {fmt(masked_c * col_bytes)} "
+                  f"({live_c:.0f} live, {masked_c:.0f} masked columns, {sched['steps']} steps)")
+        print(f"   full-batch reference per step: weights {fmt(weight_bytes)} + live KV {fmt(fill[rows][1] * col_bytes)} + masked KV {fmt(fill[rows][2] * col_bytes)}")
+        n_trials = len(questions) * len(subs)
+        print(f"   full sweep: projected {FULL_TRIALS / (n_trials / walls[name]) / 60:.1f} min"
+              + (f"; measured {walls[name] / 60:.1f} min" if n_trials == FULL_TRIALS and args.max_new_tokens == 256 else ""))
+
     if "question" in runs and len(runs) > 1:
         ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
         for name, out in runs.items():

@@ -51,13 +51,15 @@ def test_sweep_order_is_recorded_and_bounded(two_orders):
     sweep = load_manifest(two_orders["sweep"])["sessions"][-1]["schedule"]
     assert sweep["order"] == "sweep" and sweep["live_rows"] == LIVE
     assert N_SUBS < sweep["peak_rows"] <= LIVE  # requests shared the batch, never past the bound
+    # a ragged batch counts what attention read: live columns every step, masked ones only over row tails
+    assert sweep["steps"] > 0 and sweep["columns_live"] > sweep["columns_masked"] >= 0
     assert sweep["requests"] == N_Q + sum(1 for _, r in load_clean(two_orders["sweep"]).iterrows() if r["n_triggers"])
     assert load_manifest(two_orders["question"])["sessions"][-1]["schedule"] == {"order": "question"}
 
 
 def test_requests_joining_a_running_batch_decode_as_alone(model):
-    """Two prompts of different lengths: one joins the other's batch mid-decode (its cache padded
-    on the left, the batch trimmed); each row's tokens are what it decodes alone."""
+    """Two prompts of different lengths: one joins the other's batch mid-decode (on a ragged batch
+    with no padding, each at its own length); each row's tokens are what it decodes alone."""
     short = model.render_chat([{"role": "user", "content": "Name a colour."}]).ids
     long = model.render_chat([{"role": "user", "content": "Explain in two sentences why the sky is blue during the day."}]).ids
     alone = [model.greedy([p], 24, top_k=5)[0] for p in (short, long)]

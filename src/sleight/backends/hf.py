@@ -8,7 +8,7 @@ anywhere in a row, not only at its left end.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,8 @@ import torch
 
 from sleight.backends.base import Completion, Edit, EndStep, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
 from sleight.backends.kv_slab import SlabCache, slab_supported
+from sleight.backends.ragged import Prefix, RaggedCache
+from sleight.backends.ragged import register as register_ragged
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
 from sleight.errors import UserError
@@ -282,6 +284,9 @@ class HFModel(HFTokenizerOps):
         self._cache_kwarg = cache_kwarg(self.model)
         # In-place KV writes where the model's layers allow it (kv_slab): the same numbers, no copy a step.
         self._slab = slab_supported(self.model.config)
+        # Ragged batches (rows of their own lengths, attention over live columns only) where the
+        # model runs transformers' SDPA attention: :mod:`.ragged`. Other calls run SDPA unchanged.
+        self._ragged = self._slab and register_ragged(self.model)
         self._vocab = int(self.model.get_output_embeddings().weight.shape[0])
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -309,7 +314,7 @@ class HFModel(HFTokenizerOps):
     def _forward(
         self,
         ids: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         pos: torch.Tensor,
         cache: Cache | None = None,
         last_only: bool = False,
@@ -321,6 +326,8 @@ class HFModel(HFTokenizerOps):
         keep = 1 if last_only else keep
         extra: dict[str, Any] = {"logits_to_keep": keep} if keep else {}
         extra[self._cache_kwarg] = cache if cache is not None or not self._slab else SlabCache()
+        if isinstance(cache, RaggedCache):
+            extra["ragged"] = cache  # read by ragged.ragged_attention; no mask is built
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
         return out.logits, getattr(out, "cache", None) or out.past_key_values
 
@@ -586,6 +593,21 @@ class HFModel(HFTokenizerOps):
             out.extend(g for _, gens in stream for g in gens)
         return out
 
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        n: int = 1,
+        sampling: Any = None,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Any]]:
+        """``n`` seeded samples of each prompt over one KV cache (:mod:`sleight.backends.sampling`)."""
+        from sleight.backends.base import Sampling
+        from sleight.backends.sampling import sample_hf
+
+        return sample_hf(self, prompts, max_new_tokens, n, sampling if sampling is not None else Sampling(), stop_token_ids)
+
     def stream(self, *, top_k: int = 20, live_rows: int | None = None, progress: Callable[[int], None] | None = None) -> GreedyStream:
         """Continuous batching over requests submitted as it runs (:class:`GreedyStream`)."""
         return GreedyStream(self, top_k=top_k, live_rows=live_rows or self.batch_size, progress=progress)
@@ -599,6 +621,13 @@ class _Request:
     hook: _HookFn | None
     forced: list[list[int]]
     row_offset: int
+    joined: int = 0  # rows admitted so far (a ragged batch admits a request in pieces)
+    shared: int = -1  # prompt tokens every row shares (-1: not computed yet)
+    prefix: Prefix | None = None  # their keys and values, computed once, shared by every piece
+    prefix_cache: Any = None  # the same as a slab cache, to fork for rows whose prompts differ after it
+
+
+_MIN_PIECE = 16  # a request's rows join a running ragged batch at least this many at a time (or all it has left)
 
 
 class GreedyStream:
@@ -609,8 +638,13 @@ class GreedyStream:
     columns that no live row attends to any more are dropped when a request joins. Iterating yields
     ``(request id, generations)`` as each request's last row ends.
 
-    Joining a running batch needs a slab cache (:mod:`.kv_slab`); other models run one request at a
-    time. A request that joins an empty batch decodes exactly as a batch of its own would.
+    On a model whose attention is routed through :mod:`.ragged` the batch is ragged instead: each
+    row keeps its own length, a request's rows join without padding (in pieces of at least
+    ``_MIN_PIECE`` rows as rows retire, their shared prefix computed once and held once), each
+    joining row fed its prompt's last token in the batch's next forward pass, and a retraction
+    shortens its row. Otherwise joining a running batch needs a slab cache (:mod:`.kv_slab`), and
+    other models run one request at a time. A request that joins an empty batch decodes exactly as
+    a batch of its own would.
     """
 
     def __init__(self, model: HFModel, *, top_k: int, live_rows: int, progress: Callable[[int], None] | None) -> None:
@@ -625,6 +659,12 @@ class GreedyStream:
         self.requests = 0
         self.peak_rows = 0
         self.peak_columns = 0
+        self.ragged = bool(getattr(model, "_ragged", False))
+        self.steps = 0  # forward passes of the batch
+        self.columns_live = 0  # key columns one layer's attention read, summed over steps (a shared prefix once)
+        self.columns_masked = 0  # ... and masked tail columns it read
+        self._col = 0  # the step count, as the cache column of _DecodeState's book-keeping
+        self._first: dict[int, int] = {}  # row -> the prompt token a joining row is fed first
 
     def submit(
         self,
@@ -651,6 +691,11 @@ class GreedyStream:
 
     def __next__(self) -> tuple[int, list[Generation]]:
         while not self.finished:
+            if self.ragged:
+                if not self.state.alive and not self.pending:
+                    raise StopIteration
+                self._step_ragged()
+                continue
             self._admit()
             if not self.state.alive:
                 raise StopIteration
@@ -716,12 +761,7 @@ class GreedyStream:
             self.progress(sum(fed))
         before = list(st.alive)
         keep = st.retire()
-        for b in set(range(len(before))) - set(keep):
-            gid = st.rows[before[b]].group
-            self.left[gid] -= 1
-            if not self.left[gid]:
-                del self.left[gid]
-                self.finished.append((gid, [row.generation(self.top_k) for row in st.rows if row.group == gid]))
+        self._retired(before, keep)
         if not keep:
             self.logits = self.cache = self.mask = None
             return
@@ -733,6 +773,177 @@ class GreedyStream:
         pos = (self.mask.sum(-1) - 1)[:, None]
         logits, self.cache = self.model._forward(torch.tensor(feed, device=dev)[:, None], self.mask, pos, self.cache, last_only=True)
         self.logits = logits[:, -1, :]
+
+    def _retired(self, before: list[int], keep: list[int]) -> None:
+        """Count the rows that left the batch (``before``'s positions not in ``keep``); a request
+        whose last row left is finished."""
+        st = self.state
+        for b in sorted(set(range(len(before))) - set(keep)):
+            gid = st.rows[before[b]].group
+            self.left[gid] -= 1
+            if not self.left[gid]:
+                del self.left[gid]
+                self.finished.append((gid, [row.generation(self.top_k) for row in st.rows if row.group == gid]))
+
+    # -- ragged batches ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _step_ragged(self) -> None:
+        """One token for every live row (records, choices, retractions, retirements), then rows of
+        queued requests join, then one forward pass feeds every row, joining ones included."""
+        st, dev = self.state, self.model.device
+        if st.alive:
+            assert self.logits is not None and isinstance(self.cache, RaggedCache)
+            records = _position_records(self.logits, self.top_k)
+            proposals = records.lp.argmax(-1).tolist()
+            self._col += 1
+            st.begin(records, col=self._col)
+            for b, n in Counter(b for b, _ in st.choose(proposals)).items():
+                self.cache.retract(b, n)  # the retracted tokens are the row's last ones: it gets shorter
+            fed = st.fed()
+            if self.progress:
+                self.progress(sum(fed))
+            before = list(st.alive)
+            keep = st.retire()
+            if not all(fed[b] for b in keep):
+                raise RuntimeError("a live row accepted no token at this step")
+            self._retired(before, keep)
+            st.alive = [before[b] for b in self.cache.select(keep)]
+        self._admit_ragged()
+        if not st.alive:
+            self.logits = self.cache = None
+            return
+        cache = self.cache
+        assert isinstance(cache, RaggedCache)
+        feed = [self._first.pop(r) if r in self._first else st.rows[r].out[-1] for r in st.alive]
+        pos = cache.positions()
+        cache.begin_step()
+        live, masked = cache.columns_read()
+        self.steps += 1
+        self.columns_live += live
+        self.columns_masked += masked
+        self.peak_columns = max(self.peak_columns, max(pos) + 1)
+        ids = torch.tensor(feed, device=dev)[:, None]
+        logits, _ = self.model._forward(ids, None, torch.tensor(pos, device=dev)[:, None], cache, last_only=True)
+        cache.end_step()
+        self.logits = logits[:, -1, :]
+
+    def _admit_ragged(self) -> None:
+        """Rows of queued requests into the batch while there is room, a request in pieces of at
+        least ``_MIN_PIECE`` rows (or all it has left; anything into an empty batch). Rows of
+        one-row requests (and of requests sharing no prefix) that join together form one segment."""
+        st = self.state
+        plain: list[tuple[_Request, int, int, list[torch.Tensor], list[torch.Tensor], list[int]]] = []
+        while self.pending:
+            req = self.pending[0]
+            busy = len(st.alive) + sum(len(p[5]) for p in plain)
+            left = len(req.prompts) - req.joined
+            take = min(left, self.live_rows - busy)
+            if busy and (take <= 0 or (take < left and take < _MIN_PIECE)):
+                break
+            lo, hi = req.joined, req.joined + take
+            own_k, own_v, lens = self._own_columns(req, lo, hi)
+            if req.prefix is None or len(req.prompts) == 1:
+                if req.prefix is not None:  # a row alone: its prompt is all its own
+                    own_k = [torch.cat([p, o], -2) if o.shape[-2] else p for p, o in zip(req.prefix.keys, own_k)]
+                    own_v = [torch.cat([p, o], -2) if o.shape[-2] else p for p, o in zip(req.prefix.values, own_v)]
+                    lens = [n + req.prefix.length for n in lens]
+                plain.append((req, lo, hi, own_k, own_v, lens))
+            else:
+                self._cache().add(req.prefix, lens, self._template(), own_k, own_v)
+                self._join_rows(req, lo, hi)
+            req.joined = hi
+            if req.joined == len(req.prompts):
+                self.pending.popleft()
+                req.prefix = req.prefix_cache = None
+        if plain:
+            width = max(max(p[5]) for p in plain)
+            pad = [self._pad_columns(p[3], width) for p in plain]
+            padv = [self._pad_columns(p[4], width) for p in plain]
+            n_layers = len(pad[0])
+            self._cache().add(
+                None,
+                [n for p in plain for n in p[5]],
+                self._template(),
+                [torch.cat([k[layer] for k in pad], 0) for layer in range(n_layers)] if width else (),
+                [torch.cat([v[layer] for v in padv], 0) for layer in range(n_layers)] if width else (),
+            )
+            for req, lo, hi, *_ in plain:
+                self._join_rows(req, lo, hi)
+        self.peak_rows = max(self.peak_rows, self.live)
+
+    def _join_rows(self, req: _Request, lo: int, hi: int) -> None:
+        """Rows ``lo:hi`` of ``req`` into the decode state, each to be fed its prompt's last token."""
+        if lo == 0:
+            self.left[req.gid] = len(req.prompts)
+        new = self.state.add(req.forced[lo:hi], req.max_new, req.hook, req.row_offset + lo, group=req.gid)
+        for r, prompt in zip(new, req.prompts[lo:hi]):
+            self._first[r] = prompt[-1]
+
+    def _cache(self) -> RaggedCache:
+        if self.cache is None:
+            self.cache = RaggedCache(len(self._template_layers()))
+        assert isinstance(self.cache, RaggedCache)
+        return self.cache
+
+    def _template_layers(self) -> list[int]:
+        cfg = self.model.model.config
+        text = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+        return list(range(int(text.num_hidden_layers)))
+
+    def _template(self) -> torch.Tensor:
+        """An empty key tensor of the model's shape, dtype and device."""
+        cfg = self.model.model.config
+        text = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+        heads = int(text.num_attention_heads)
+        dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        kv = int(getattr(text, "num_key_value_heads", None) or heads)
+        w = self.model.model.get_output_embeddings().weight
+        return torch.empty((1, kv, 0, dim), dtype=w.dtype, device=w.device)
+
+    @staticmethod
+    def _pad_columns(ts: list[torch.Tensor], width: int) -> list[torch.Tensor]:
+        return [t if t.shape[-2] == width else torch.cat([t, t.new_zeros((*t.shape[:2], width - t.shape[-2], t.shape[-1]))], -2) for t in ts]
+
+    def _own_columns(self, req: _Request, lo: int, hi: int) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
+        """The keys and values of rows ``lo:hi``'s prompts after the request's shared prefix, but
+        their last token (fed in the batch's next step): per layer ``(rows, kv_heads, columns,
+        head_dim)``, row ``i``'s first ``lens[i]`` columns. The shared prefix is computed at batch 1
+        on the request's first piece."""
+        model, dev = self.model, self.model.device
+        if req.shared < 0:
+            req.shared = max(0, min(_common_prefix_len(req.prompts), min(len(p) for p in req.prompts) - 1))
+            if req.shared:
+                ids = torch.tensor([req.prompts[0][: req.shared]], device=dev)
+                _, pc = model._forward(ids, torch.ones_like(ids), torch.arange(req.shared, device=dev)[None], last_only=True)
+                req.prefix_cache = pc
+                kv = [_layer_kv(layer) for layer in pc.layers]
+                req.prefix = Prefix([k.clone() for k, _ in kv], [v.clone() for _, v in kv])
+        rows = [p[req.shared : -1] for p in req.prompts[lo:hi]]
+        lens = [len(r) for r in rows]
+        n_layers = len(self._template_layers())
+        if not any(lens):
+            t = self._template()
+            empty = t.new_zeros((hi - lo, *t.shape[1:]))
+            return [empty] * n_layers, [empty] * n_layers, lens
+        # Rows whose prompts differ after the shared prefix: their own tokens, left-padded, over a fork of it.
+        take = hi - lo
+        fork = _repeat_cache(req.prefix_cache, take) if req.prefix_cache is not None else None
+        tid, tmask, _ = model._padded(rows, "left")
+        pos = req.shared + (tmask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((take, req.shared), dtype=torch.long, device=dev), tmask], 1)
+        _, cache = model._forward(tid, mask, pos, fork, last_only=True)
+        width = tid.shape[1]
+        own_k, own_v = [], []
+        for layer in cache.layers:
+            k, v = (t[:, :, req.shared :] for t in _layer_kv(layer))
+            ok, ov = k.new_zeros(k.shape), v.new_zeros(v.shape)
+            for i, n in enumerate(lens):
+                if n:
+                    ok[i, :, :n] = k[i, :, width - n :]
+                    ov[i, :, :n] = v[i, :, width - n :]
+            own_k.append(ok)
+            own_v.append(ov)
+        return own_k, own_v, lens
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -768,6 +979,13 @@ def _repeat_cache(cache: Cache, n: int, copy: bool = True) -> Cache:
     if n > 1:
         forked.batch_repeat_interleave(n)
     return forked
+
+
+def _layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A filled cache layer's keys and values."""
+    k, v = layer.keys, layer.values
+    assert isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    return k, v
 
 
 def _select_cache(cache: Cache, idx: torch.Tensor) -> Cache:

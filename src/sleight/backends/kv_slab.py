@@ -7,9 +7,11 @@ and values in a buffer with spare columns, writes the new ones into it and hands
 of the filled part: the same numbers, no copy. The buffer grows by doubling, so a row's columns
 are copied a few times over a decode instead of once a step.
 
-The slab is also what lets lockstep decoding batch continuously (``hf.GreedyStream``): rows of a
-new request join a running batch by padding the shorter cache on the left with masked columns and
-stacking the rows; columns no live row attends to any more are dropped from the left.
+Prompts and scoring passes run on the slab. Lockstep decoding runs a ragged batch instead
+(:mod:`.ragged`) on models whose attention is transformers' SDPA; on others the slab is what lets
+``hf.GreedyStream`` batch continuously: rows of a new request join a running batch by padding the
+shorter cache on the left with masked columns and stacking the rows; columns no live row attends
+to any more are dropped from the left.
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 to one continuously batched lockstep decode (:class:`sleight.backends.hf.GreedyStream`).
 
 Question by question, each question's clean reply decodes alone at batch 1 and its trial batch
-empties as rows finish. Here all the clean runs are submitted at once (they decode together), a
-question's trial request is submitted as soon as its clean run is done, and it joins the running
-batch when its rows fit under ``live_rows``, so the batch stays full until the end. A question's
-trials are still forked from its own clean prefix, decided by the same hook, and finished and
-committed per question (:func:`scheduled_questions` yields them as they complete, in any order).
+empties as rows finish. Here all the clean runs are submitted up front (they decode together, as
+full a batch as there are questions, up to ``live_rows``), a question's trial request is submitted
+as soon as its clean run is done, and its rows are admitted as rows retire, up to ``live_rows``: on
+a ragged batch (:mod:`sleight.backends.ragged`) in pieces, so the batch stays full until the queue
+runs dry, with no padding; otherwise whole, once all its rows fit. A question's trials are still
+forked from its own clean prefix, decided by the same hook, and finished and committed per question
+(:func:`scheduled_questions` yields them as they complete, in any order).
 """
 
 from __future__ import annotations
@@ -43,9 +45,20 @@ class StreamStats:
     peak_rows: int = 0
     peak_columns: int = 0
     requests: int = 0
+    steps: int = 0  # forward passes of the batch (ragged batches)
+    columns_live: int = 0  # key columns one layer's attention read, summed over the steps (a shared prefix once)
+    columns_masked: int = 0  # masked columns it read (the tails of rows shorter than their segment's longest)
 
     def record(self) -> dict[str, Any]:
-        return {"live_rows": self.live_rows, "peak_rows": self.peak_rows, "peak_columns": self.peak_columns, "requests": self.requests}
+        return {
+            "live_rows": self.live_rows,
+            "peak_rows": self.peak_rows,
+            "peak_columns": self.peak_columns,
+            "requests": self.requests,
+            "steps": self.steps,
+            "columns_live": self.columns_live,
+            "columns_masked": self.columns_masked,
+        }
 
 
 def scheduled_questions(
@@ -81,3 +94,5 @@ def scheduled_questions(
     finally:
         if stats is not None:
             stats.peak_rows, stats.peak_columns, stats.requests = stream.peak_rows, stream.peak_columns, stream.requests
+            stats.steps = getattr(stream, "steps", 0)
+            stats.columns_live, stats.columns_masked = getattr(stream, "columns_live", 0), getattr(stream, "columns_masked", 0)
