@@ -14,9 +14,10 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sleight"
 
-SHARED = {"backends", "position", "rundir", "progress", "render", "stats", "errors", "jury", "data"}
+SHARED = {"backends", "position", "rundir", "progress", "render", "stats", "errors", "jury", "data", "paths"}
 ALLOWED = {
     "errors": set(),
+    "paths": {"errors"},
     "stats": {"stats"},
     "backends": {"backends", "errors"},
     "position": {"backends", "errors"},
@@ -64,3 +65,80 @@ def test_every_package_says_what_it_is() -> None:
     for init in SRC.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc and len(doc) > 20, f"{init.relative_to(SRC)} has no docstring saying what the package is"
+
+
+# -- the floor plan of sleight.readout (issue #27 item 5) ---------------------------------------------
+# Each sub-layer may import its own layer and those below it, never one above: the item types at the
+# bottom, then the paper's data, then the instruments, then the downstream runs, then reproduce.
+READOUT_TIERS: tuple[tuple[str, ...], ...] = (
+    ("items",),
+    ("data",),
+    ("audit", "ptrue", "forecast", "scan"),
+    ("downstream_run", "downstream_report"),
+    ("reproduce",),
+)
+READOUT = SRC / "readout"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _readout_imports(path: Path) -> set[str]:
+    """Every ``sleight.readout`` module ``path`` imports, at any depth (lazy imports included); a
+    ``from package import name`` of a submodule counts as that submodule."""
+    known = {_module(p) for p in READOUT.rglob("*.py")}
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("sleight.readout"):
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            out |= subs or {node.module}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("sleight.readout")}
+    return out
+
+
+def _tier(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 3:
+        return None  # the package facade (sleight.readout), above every tier
+    for k, names in enumerate(READOUT_TIERS):
+        if parts[2] in names:
+            return k
+    raise AssertionError(f"{module} is in no readout sub-layer: add it to READOUT_TIERS")
+
+
+READOUT_MODULES = sorted(READOUT.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", READOUT_MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_readout_sub_layers_import_only_downwards(path: Path) -> None:
+    """items < data < audit/ptrue/forecast/scan < downstream < reproduce (issue #27 item 5)."""
+    mine = _tier(_module(path))
+    if mine is None:
+        return
+    up = sorted(m for m in _readout_imports(path) if (t := _tier(m)) is not None and t > mine)
+    assert not up, f"{path.relative_to(SRC)} (sub-layer {READOUT_TIERS[mine]}) imports {', '.join(up)} from above it"
+
+
+def test_readout_has_no_import_circle() -> None:
+    """No module of sleight.readout reaches itself through its imports, lazy ones included."""
+    graph = {_module(p): _readout_imports(p) for p in READOUT_MODULES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(n) :] + [n]))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)

@@ -168,7 +168,8 @@ def test_constructed_pairs_balance_gold_and_wrong():
     pairs = pp.constructed_pairs(items)
     assert [p["label"] for p in pairs] == [1.0, 0.0] * 4
     assert pairs[0]["answer"] == "blue" and pairs[1]["answer"] == "green"
-    assert pairs[-2]["answer"].startswith(items[-1].gold_letter + ". ") and not pairs[-1]["answer"].startswith(items[-1].gold_letter)
+    # App. E: a lettered item prints bare letters, the gold one and a seeded non-gold one
+    assert pairs[-2]["answer"] == items[-1].gold_letter and pairs[-1]["answer"] in "ABCD" and pairs[-1]["answer"] != items[-1].gold_letter
     with pytest.raises(UserError, match="unknown --answers"):
         pp.parse_settings("all")
 

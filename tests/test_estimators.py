@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sleight.readout.ptrue.answers import DEFAULT_ITEMS, Sampling, greedy_answers, load_qa_items, sampling_probs
+from sleight.readout.ptrue.answers import DEFAULT_ITEMS, Sampling, greedy_answers, load_qa_items
 from sleight.readout.ptrue.estimators import render_markdown, run_estimators
 from sleight.readout.ptrue.readouts import polygraph_logprob, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import (
@@ -70,7 +70,7 @@ def stats(model, decoded):
     """The statistics every default estimator consumes, from the bundled model and its answers."""
     items, prompts, gens, toks = decoded
     texts = [model.decode(g.token_ids) for g in gens]
-    drawn = sample_answers(model, prompts, [it.id for it in items], N_SAMPLES, TOKENS, Sampling())
+    drawn = sample_answers(model, prompts, N_SAMPLES, TOKENS, Sampling())
     st = {**greedy_stats(toks), "greedy_lm_log_likelihoods": lm_log_likelihoods(model, toks), **sample_stats(drawn)}
     st["greedy_log_probs"] = greedy_distributions(model, prompts, toks)
     st["p_true"] = ptrue_readouts(model, [it.prompt for it in items], texts)["library_logprob"]
@@ -123,8 +123,10 @@ def test_reported_values_are_the_librarys_classes_on_the_same_stats(model, decod
         want = np.asarray(est(stats), dtype=np.float64)
         assert want.shape == (len(items),) and np.isfinite(want).all(), e.column
         np.testing.assert_allclose(got[e.column], want, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL, err_msg=e.column)
-    distinct = {tuple(np.round(v, 9)) for v in got.values()}
-    assert len(distinct) == len(got)  # each value its own
+    # each value its own; rouge-1 and rouge-L coincide whenever every sample pair's longest common
+    # subsequence is its unigram overlap (short samples), so they count as one here
+    distinct = {tuple(np.round(v, 9)) for k, v in got.items() if k != "LexicalSimilarity_rougeL"}
+    assert len(distinct) == len(got) - 1
 
 
 def test_stats_equal_independent_passes(model, decoded, stats):
@@ -149,20 +151,15 @@ def test_stats_equal_independent_passes(model, decoded, stats):
             assert len(s) == TOKENS or ended == pytest.approx(max(float(full[len(s), e]) for e in eos), abs=LOGPROB_ATOL)
 
 
-def test_samples_are_seeded_top_k_draws(model, decoded):
-    items, prompts, _, _ = decoded
-    a = sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling())
-    b = sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling())
-    assert a == b
-    assert a != sample_answers(model, prompts[:1], [items[0].id], 2, 4, Sampling(seed=2))
-    # the first draw of sample 0, by hand: numpy's stream [seed, crc32(id), 0] over the top-50 without EOS
-    import zlib
-
-    read = model.read_next([prompts[0]], [[]], top_k=50 + len(model.eos_ids))[0]
-    ids = [int(i) for i in read.top_ids if int(i) not in model.eos_ids][:50]
-    lps = [float(v) for i, v in zip(read.top_ids, read.top_logprobs) if int(i) not in model.eos_ids][:50]
-    k = np.random.default_rng([1, zlib.crc32(items[0].id.encode()), 0]).choice(len(ids), p=sampling_probs(lps, Sampling()))
-    assert a[0].tokens[0][0] == ids[k]
+def test_samples_are_the_model_layers_seeded_draws(model, decoded):
+    """The samples are :meth:`LanguageModel.sample`'s with lm-polygraph's settings (top-k 50, two
+    tokens before EOS, seed 1): the same tokens, seeded, another seed another draw."""
+    _, prompts, _, _ = decoded
+    a = sample_answers(model, prompts[:1], 2, 4, Sampling())
+    assert a == sample_answers(model, prompts[:1], 2, 4, Sampling())
+    assert a != sample_answers(model, prompts[:1], 2, 4, Sampling(seed=2))
+    direct = model.sample(prompts[:1], 4, n=2, sampling=Sampling())[0]
+    assert a[0].tokens == tuple(tuple(x.token_ids) for x in direct if x.token_ids)
 
 
 @pytest.mark.parametrize("instruct", [True, False])

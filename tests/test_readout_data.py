@@ -39,31 +39,28 @@ def ids(spec: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 
 
-def test_race_filters_drop_duplicates_and_short_passages():
-    """Paper, RACE-H sample: duplicates (same article, question and options) removed, passages of at
-    least 200 words kept (200 kept, 199 dropped)."""
+def test_race_groups_passages_by_md5_and_drops_short_ones():
+    """App. A.1: rows grouped by the MD5 of the passage (a repeated row or a passage seen again in another
+    split joins its first occurrence), passages of at least 200 words kept (200 kept, 199 dropped)."""
     raw = pq.read_table(RACE).to_pylist()
     assert sorted(word_count(r["article"]) for r in raw)[:2] == [MIN_WORDS - 1, MIN_WORDS]
     ds = load_data(f"race-h:{RACE}:n=100")
-    assert ds.provenance["counts"] == {"rows": 8, "unique": 7, "long_enough": 6, "drawn": 6}
-    got = set(ids(f"race-h:{RACE}:n=100"))
-    assert "high2.txt:0" not in got  # 199 words
-    assert "high3.txt:0" in got  # exactly 200 words
-    assert "high1.txt:2" not in got and "high1.txt:0" in got  # the duplicate of row 1 dropped, the first kept
+    assert ds.provenance["counts"] == {"rows": 15, "passages": 10, "long_enough": 8, "listed": 8, "drawn": 8}
+    passages = [r["passage_id"] for r in ds.records]
+    assert "high2.txt" not in passages and "high3.txt" in passages  # 199 words; exactly 200
+    assert len(passages) == len(set(passages))  # one question per passage
     assert all(word_count(r["passage"]) >= MIN_WORDS for r in ds.records)
 
 
-def test_race_seeded_draw_is_reproducible_and_prefix_stable():
-    """Paper, RACE-H sample: a seeded draw. numpy default_rng(seed).permutation, first n, drawn order:
-    the same seed gives the same items, another seed another order, a smaller n a prefix."""
+def test_race_draw_is_random_random_0_and_prefix_stable():
+    """App. A.1: random.Random(0) shuffles the passages and picks one question each; every sample is a
+    prefix of that list (a smaller n, or --limit after the draw)."""
     first = ids(f"race-h:{RACE}:n=100:seed=0")
-    assert first == ["high4.txt:0", "high3.txt:0", "high6.txt:0", "high5.txt:0", "high1.txt:0", "high1.txt:1"]
     assert ids(f"race-h:{RACE}:n=100:seed=0") == first
     assert ids(f"race-h:{RACE}:n=100:seed=1") != first
-    assert sorted(ids(f"race-h:{RACE}:n=100:seed=1")) == sorted(first)
     assert ids(f"race-h:{RACE}:n=3:seed=0") == first[:3]
-    assert ids(f"race-h:{RACE}") == first  # defaults: seed 0, n 500 (more than the pool: all of it)
-    assert load_data(f"race-h:{RACE}").provenance["rule"]["n"] == 500
+    assert ids(f"race-h:{RACE}") == first  # defaults: seed 0, the 3,052 passages of A.1 (more than the pool: all of it)
+    assert load_data(f"race-h:{RACE}").provenance["rule"]["n"] == 3052
 
 
 def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
@@ -73,6 +70,7 @@ def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
     assert prov["source"] == "file" and prov["revision"] is None and prov["pinned_revision"] == REVISION
     assert prov["files"][0]["sha256"] == hashlib.sha256(RACE.read_bytes()).hexdigest()
     assert (prov["dataset"], prov["config"], prov["split"]) == ("ehovy/race", "high", "test")
+    assert list(prov["splits"]) == ["test", "validation", "train"]  # App. A.1's reading order, siblings of the file
 
     repo = tmp_path / "datasets--ehovy--race"
     snap = repo / "snapshots" / SHA / "high"
@@ -80,6 +78,8 @@ def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
     shutil.copy(RACE, snap / RACE.name)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(SHA)
+    for split in ("validation", "train"):
+        shutil.copy(RACE.with_name(RACE.name.replace("test", split)), snap / RACE.name.replace("test", split))
     for where in (repo, snap / RACE.name):  # the repo folder (refs/main) or the file inside the snapshot
         prov = load_data(f"race-h:{where}").provenance
         assert prov["revision"] == SHA
@@ -92,6 +92,10 @@ def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
     with pa.OSFile(str(cache / "race-test.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     (cache / "dataset_info.json").write_text(json.dumps({"download_checksums": {f"hf://datasets/ehovy/race@{SHA}/high/test-00000-of-00001.parquet": {}}}))
+    for split in ("validation", "train"):
+        t = pq.read_table(RACE.with_name(RACE.name.replace("test", split)))
+        with pa.OSFile(str(cache / f"race-{split}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, t.schema) as writer:
+            writer.write_table(t)
     ds = load_data(f"race-h:{tmp_path / 'ehovy___race'}")
     assert ds.provenance["revision"] == SHA and [r["id"] for r in ds.records] == ids(f"race-h:{RACE}")
 
@@ -99,20 +103,21 @@ def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
 def test_race_reads_the_hub_columns_from_any_table_format(tmp_path, fmt):
     """The same hub rows as JSONL, JSON or CSV give the same sample as the Parquet file."""
-    rows = pq.read_table(RACE).to_pylist()
-    path = tmp_path / f"test.{fmt}"
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "json":
-        path.write_text(json.dumps(rows))
-    else:
-        import csv
+    for split in ("test", "validation", "train"):  # A.1 reads the test file's validation and train siblings
+        rows = pq.read_table(RACE.with_name(RACE.name.replace("test", split))).to_pylist()
+        path = tmp_path / f"{split}.{fmt}"
+        if fmt == "jsonl":
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif fmt == "json":
+            path.write_text(json.dumps(rows))
+        else:
+            import csv
 
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows({**r, "options": json.dumps(r["options"])} for r in rows)
-    assert load_data(f"race-h:{path}").records == load_data(f"race-h:{RACE}").records
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows({**r, "options": json.dumps(r["options"])} for r in rows)
+    assert load_data(f"race-h:{tmp_path / f'test.{fmt}'}").records == load_data(f"race-h:{RACE}").records
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,7 +342,7 @@ def test_audit_presets_take_data_specs_and_ptrue_takes_lettered_records(tmp_path
     assert [i.id for i in items] == ids(f"race-h:{RACE}:n=2") and REVISION not in config.source and "sha256" in config.source
     items, _, _ = load_audit(preset="ptrue", data=f"mmlu:{MMLU}", limit=1)
     assert [i.id for i in items] == ["mmlu-astronomy-0:true", "mmlu-astronomy-0:false"]
-    assert items[0].meta["question_text"] == MMLU_FIRST and items[0].meta["answer"] == "C. planet three" and items[1].meta["answer"] == "A. planet one"
+    assert items[0].meta["question_text"] == MMLU_FIRST and items[0].meta["answer"] == "C" and items[1].meta["answer"] == "A"  # App. E: bare letters
     items, _, _ = load_audit(preset="ptrue", data=f"triviaqa:{TQA}", limit=1)
     assert items[0].meta["answer"] == "Seine" and items[1].meta["answer"] == "William Shakespeare"
     items, _, _ = load_audit(preset="grade", data=f"summeval:{SUMMEVAL}")
@@ -351,7 +356,7 @@ def test_audit_presets_take_data_specs_and_ptrue_takes_lettered_records(tmp_path
     path = tmp_path / "mmlu.jsonl"
     path.write_text(json.dumps({**lettered[0], "passage": None}) + "\n")
     (pair,) = load_source(str(path), preset="ptrue")
-    assert pair["answers"] == ["C. c"] and pair["wrong"] == "A. a" and pair["question"].startswith("Q?\nA. a\n")
+    assert pair["answers"] == ["C"] and pair["wrong"] == "A" and pair["question"].startswith("Q?\nA. a\n")
     items, _, _ = load_audit(preset="ptrue", data=str(path))
     assert [i.target for i in items] == [1, 0]
 

@@ -13,8 +13,9 @@ import pytest
 
 from sleight.errors import UserError
 from sleight.readout.audit.classify import classify_continuation, classify_token
-from sleight.readout.audit.items import load_items, parse_options, resolve_options
+from sleight.readout.audit.items import parse_options, resolve_options
 from sleight.readout.audit.lm_eval import load_lm_eval_task
+from sleight.readout.audit.loading import load_items
 from sleight.readout.audit.presets import (
     FORECAST_ITEM_INSTRUCTION,
     FORECAST_LEAD,

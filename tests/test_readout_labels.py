@@ -248,3 +248,63 @@ def test_label_through_the_page_in_chromium_and_agreement(audit, tmp_path):
     # people's majority: the original 'other' (both), the substituted none (they disagree); J1/J2 only voted on the substituted
     assert _row(table, "all", "J1")["n"] == 0 and _row(table, "all", "jury")["n"] == 0
     assert list(table.columns) == labels.AGREEMENT_COLUMNS
+
+
+def _request(base: str, path: str, *, method: str = "GET", body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    import http.client
+    import json
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.putrequest(method, path, skip_host=True)
+        for k, v in {"Content-Length": str(len(body or b"")), **(headers or {})}.items():
+            conn.putheader(k, v)
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def test_the_api_refuses_other_hosts_and_origins(audit, tmp_path):
+    """The labels API answers only requests that name this server: a DNS-rebinding page (a foreign
+    ``Host``) can neither read nor write, and a page of another origin in the same browser (a
+    foreign ``Origin``, a cross-site ``Sec-Fetch-Site``) cannot write; this server's own page, and a
+    client that is no browser page (no Origin), can. Against the real server on loopback."""
+    import json
+    import shutil
+
+    out = tmp_path / "aud"
+    shutil.copytree(audit, out)
+    targets = labels.targets(out)
+    labels_page.write_page(out, labels_page.page_data(targets, None, None, [], "aud"))
+    httpd = labels_page.make_server(out, labels.offered_of(targets), port=0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    base = f"http://127.0.0.1:{port}"
+    row = {"item_id": str(targets["item_id"].iloc[0]), "variant": ORIG, "labeller": "ann", "class": "other"}
+    body = json.dumps(row).encode()
+    own = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"}
+    try:
+        for host in (f"evil.example:{port}", f"127.0.0.1:{port + 1}", "", "attacker.test"):
+            assert _request(base, "/api/labels?labeller=ann", headers={"Host": host})[0] == 403
+            assert _request(base, "/index.html", headers={"Host": host})[0] == 403
+            assert _request(base, "/api/labels", method="POST", body=body, headers={**own, "Host": host})[0] == 403
+        for origin in ("http://evil.example", f"http://evil.example:{port}", "null", f"https://127.0.0.1:{port}"):
+            status, got = _request(base, "/api/labels", method="POST", body=body, headers={**own, "Origin": origin})
+            assert status == 403 and "Origin" in got["error"]
+        assert _request(base, "/api/labels", method="POST", body=body, headers={**own, "Sec-Fetch-Site": "cross-site"})[0] == 403
+        assert len(labels.load_labels(out)) == 0  # nothing refused was stored
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
+            assert _request(base, "/api/labels?labeller=ann", headers={"Host": host})[0] == 200
+        assert _request(base, "/api/labels", method="POST", body=body, headers={**own, "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"})[0] == 200
+        assert _request(base, "/api/labels", method="POST", body=body, headers=own)[0] == 200  # no Origin: not a browser page
+        stored = labels.load_labels(out)
+        assert list(stored["labeller"]) == ["ann"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert labels_page.own_hosts("127.0.0.1", 8000) == {"127.0.0.1:8000", "localhost:8000", "[::1]:8000"}
+    assert labels_page.own_hosts("192.168.1.5", 8000) == {"192.168.1.5:8000"}

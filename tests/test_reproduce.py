@@ -34,34 +34,91 @@ from tolerances import FLOAT64_ATOL, FLOAT64_RTOL
 # ------------------------------------------------------------------------------------------------
 
 
-def test_the_paper_tables_are_shipped():
+# Every numbered table and figure of the paper has a config of its name, or a line in docs/readout.md
+# saying why not (Table 1 is the experiment map: its cells are the other configs' sample sizes).
+PAPER_ITEMS = ["figure1", *(f"table{k}" for k in range(2, 17))]
+# App. A.2 (and App. H, App. I for the checkpoints they add): the pinned revisions.
+REVISIONS = {
+    "Qwen/Qwen3-4B-Instruct-2507": "cdbee75", "Qwen/Qwen3-8B": "b968826", "Qwen/Qwen3-14B": "40c0698",
+    "microsoft/Phi-3-mini-4k-instruct": "f39ac1d", "mistralai/Mistral-7B-Instruct-v0.3": "c170c70", "tiiuae/falcon-7b-instruct": "8782b5c",
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": "31b70e2", "Qwen/Qwen3-32B": "9216db57", "Qwen/Qwen2.5-72B-Instruct": "495f393",
+    "meta-llama/Meta-Llama-3-8B-Instruct": ("8afb486c", "e1945c40"),
+}
+# B as printed: App. H (20,000, Tables 4, 12, 13 and C.7's passage bootstrap), Tables 9 and 10 (10,000).
+PRINTED_B = {"table4": 20000, "table12": 20000, "table13": 20000, "appendix-c7": 20000, "appendix-h": 20000, "table2": 10000, "table9": 10000, "table10": 10000}
+
+
+def test_every_numbered_item_of_the_paper_is_shipped_in_its_order():
     names = shipped_tables()
-    for t in ("table2", "table3", "table4", "table9", "table10", "table13"):
-        assert t in names
-    assert names[:6] == ["table2", "table3", "table4", "table9", "table10", "table13"]  # in the paper's order
+    assert names[: len(PAPER_ITEMS)] == PAPER_ITEMS
+    assert all(n.startswith("appendix-") for n in names[len(PAPER_ITEMS) :])  # then the appendix experiments
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "readout.md").read_text(encoding="utf-8")
+    assert "Table 1 (the experiment map) has no config" in docs  # why Table 1 has no config
 
 
 @pytest.mark.parametrize("name", shipped_tables())
-def test_every_shipped_table_loads_and_its_fixture_data_serves_its_command(name):
+def test_every_shipped_config_is_the_papers(name):
     from sleight.readout import data
     from sleight.readout.audit.presets import PRESETS
 
     config = load_table(name)
-    assert config.name == name and config.title and config.inferred  # every config says what is inferred
-    assert config.paper == {} or all(config.paper.values())  # no invented numbers: empty unless known
+    text = config.path.read_text(encoding="utf-8")
+    assert config.name == name and config.title
+    assert any(mark in config.section for mark in ("§", "App.")) and ("§" in text or "App." in text)  # cites its section
+    assert "not available" not in text and "not known here" not in text  # the paper's text is the spec now
     assert config.checkpoints and config.columns
+    for ck in config.checkpoints:  # the paper's checkpoints at their pinned revisions
+        rev = REVISIONS[ck.model]
+        assert ck.revision in (rev if isinstance(rev, tuple) else (rev,)), ck
+        if ck.group == "qwen3" or ck.model.startswith("Qwen/Qwen3"):
+            assert ck.chat_template_kwargs.get("enable_thinking") is False  # enable_thinking=False where read (Table 3's caption)
+    if name in PRINTED_B:
+        assert (config.B, config.seed) == (PRINTED_B[name], 0)
+    if name not in ("table5", "appendix-g"):  # those print words and ranges only (their notes carry them)
+        assert config.paper
+    if not config.runnable:
+        assert (config.pending or config.unreproducible) and "\n" not in (config.pending + config.unreproducible)
+        return
     for spec in config.runs.values():
-        assert spec.command in ("forecast", "ptrue", "audit")
+        assert spec.command in ("forecast", "ptrue", "audit", "forecast-readouts") and spec.items
         if spec.command == "audit" and spec.settings.get("preset"):
             assert spec.settings["preset"] in PRESETS
-        for text in (spec.paper_data, spec.fixture_spec()):
-            assert data.is_data_spec(text)
+        for text_spec in (spec.paper_data, spec.fixture_spec()):
+            assert data.is_data_spec(text_spec)
         ds = data.load_data(spec.fixture_spec())  # the shipped fixture is read offline
-        use = {"forecast": "forecast", "ptrue": "qa"}.get(spec.command) or spec.settings.get("preset") or "mcq"
+        use = {"forecast": "forecast", "forecast-readouts": "forecast", "ptrue": "qa"}.get(spec.command) or spec.settings.get("preset") or "mcq"
         assert ds.view(use, 2)
-    assert {c.run for c in config.columns} <= set(config.runs)
-    qwen = [c for c in config.checkpoints if c.group == "qwen3"]
-    assert qwen and all(c.chat_template_kwargs.get("enable_thinking") is False for c in qwen)  # the paper runs Qwen3 with thinking off
+    assert {c.run for c in config.columns if c.run} <= set(config.runs)
+
+
+def test_samples_and_settings_are_the_papers():
+    """App. A.1: every RACE-H sample is a prefix of one list (240 passages for Tables 4/12/13, 64 items for
+    Table 3); App. E: the library's 500-item subsample, seed 1, of MMLU and TriviaQA, own answers sampled at
+    each checkpoint's generation_config; App. H: notes of 1-32 words within 256 new tokens, readout (f) 48."""
+    t4, t9, t10 = load_table("table4"), load_table("table9"), load_table("table10")
+    assert t4.runs["forecast"].paper_data == "race-h:hub:n=240" and t4.runs["forecast"].items == 240
+    assert dict(t4.runs["forecast"].settings) == {"note_words": 32, "note_tokens": 256, "continuation_tokens": 48, "reader": "spaced"}
+    assert load_table("table3").runs["probe"].paper_data == "race-h:hub:n=64"
+    assert t9.runs["ptrue-mmlu"].paper_data == "mmlu:hub:subsample=500:seed=1"
+    assert t10.runs["ptrue-triviaqa"].paper_data == "triviaqa:hub:subsample=500:seed=1"
+    for spec in (t9.runs["ptrue-mmlu"], t10.runs["ptrue-triviaqa"]):
+        assert spec.sampling_from == "generation_config" and spec.settings["answers"] == "own"
+    assert load_table("table13").runs["readouts"].command == "forecast-readouts"
+
+
+def test_the_papers_printed_cells_by_hand():
+    """A few printed cells, read off the paper: Table 4's Qwen3-averaged gain and Brier reduction with their
+    intervals, Table 9's Moved − Library, Table 11's log-scale medians, Table 14's falcon T2 cell."""
+    t4 = load_table("table4")
+    assert t4.paper["Qwen3-averaged"]["auc_gain"] == 0.1223 and t4.paper_ci["Qwen3-averaged"]["auc_gain"] == (0.0449, 0.1993)
+    assert t4.paper["Qwen3-averaged"]["brier_reduction"] == 0.2205 and t4.paper_ci["llama-3-8b"]["brier_reduction"] == (-0.0152, 0.0387)
+    assert load_table("table9").paper["Qwen3 average"]["moved_minus_library"] == 0.129
+    assert load_table("table10").paper["qwen3-4b"]["auroc_library"] == 0.185
+    assert load_table("table11").paper["smollm2-1.7b"]["alpacaeval"] == 0.42963
+    t14 = load_table("table14").paper["falcon-7b"]
+    assert (t14["t2_mass"], t14["t2_letters"], t14["t2_below"]) == (6.051e-05, 0, 64)
+    assert load_table("table16").paper["qwen3-32b"]["grid_anywhere"] == 54
+    assert load_table("table13").paper["Four-checkpoint average"]["dauc_c_b"] == -0.0489
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -71,6 +128,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 BASE = """\
+section: "§6"
 checkpoints: [{name: a, model: smollm2-135m-instruct}]
 runs:
   f: {command: forecast, data: {paper: "race-h:hub", fixture: "race-h:{fixtures}/ehovy/race/high/test-00000-of-00001.parquet"}}
@@ -200,69 +258,147 @@ def test_an_average_without_members_is_left_out_and_one_member_is_said():
 # ------------------------------------------------------------------------------------------------
 
 
+def test_new_descriptive_statistics_by_hand():
+    """Table 3's minimum and below-floor count (§3's floor 0.5), Table 11's log-scale median
+    (10^median(log10 μ), App. F), Table 12's constant-forecast Brier baselines (App. H)."""
+    rows = [{"m": 0.9, "y": 1.0}, {"m": 1e-4, "y": 0.0}, {"m": 1e-2, "y": 0.0}, {"m": 0.49, "y": 1.0}]
+    assert stat_cell(rows, Column("a", "A", "r", stat="min", column="m")).estimate == pytest.approx(1e-4, rel=FLOAT64_RTOL)
+    assert stat_cell(rows, Column("b", "B", "r", stat="below", column="m")).estimate == 3
+    assert stat_cell(rows, Column("c", "C", "r", stat="log_median", column="m")).estimate == pytest.approx(10 ** ((-2 + np.log10(0.49)) / 2), rel=FLOAT64_RTOL)
+    assert stat_cell(rows, Column("d", "D", "r", stat="brier_constant", target="y", constant=0.5)).estimate == pytest.approx(0.25, rel=FLOAT64_RTOL)
+    assert stat_cell(rows, Column("e", "E", "r", stat="brier_fitted", target="y")).estimate == pytest.approx(0.25, rel=FLOAT64_RTOL)  # p = 1/2
+    three = [{"y": 1.0}, {"y": 0.0}, {"y": 0.0}]
+    assert stat_cell(three, Column("e", "E", "r", stat="brier_fitted", target="y")).estimate == pytest.approx(2 / 9, rel=FLOAT64_RTOL)  # p(1 - p)
+
+
+def test_answer_letter_auroc_column_and_leave_one_out_intervals():
+    """App. E: Moved − Library within answer letters as a paired column on shared replicates; leave-one-
+    checkpoint-out of an average with its interval (the others' per-replicate means)."""
+    from sleight.stats.downstream import answer_letter_auroc
+
+    def rows(lib, mov, y, letters):
+        out = []
+        for r, sc in (("library", lib), ("moved", mov)):
+            out += [{"setting": "own", "item_id": f"q{i}", "answer_source": "own", "readout": r, "score": s, "label": t, "answer": a}
+                    for i, (s, t, a) in enumerate(zip(sc, y, letters))]
+        return out
+
+    y = [1, 0, 1, 0, 1, 0]
+    letters = ["A", "A", "B", "B", "C. x", "C"]
+    a = rows([0.1, 0.9, 0.2, 0.8, 0.5, 0.5], [0.9, 0.1, 0.7, 0.2, 0.6, 0.4], y, letters)
+    b = rows([0.4, 0.3, 0.2, 0.1, 0.5, 0.6], [0.5, 0.4, 0.3, 0.8, 0.9, 0.1], y, letters)
+    col = Column("g", "G", "r", {"readout": "moved"}, metric="answer_letter_auroc", minus={"readout": "library"})
+    config = _config([col], [Average("avg", "all")], B=40)
+    table = aggregate(config, [Checkpoint("a", "ma"), Checkpoint("b", "mb")], {"a": {"r": a}, "b": {"r": b}})
+    codes = np.array([0, 0, 1, 1, 2, 2], dtype=float)
+    yy = np.array(y, dtype=float)
+    for row, d in zip(table.rows, (a, b)):
+        lib = np.array([x["score"] for x in d if x["readout"] == "library"])
+        mov = np.array([x["score"] for x in d if x["readout"] == "moved"])
+        assert row.cells["g"].estimate == pytest.approx(answer_letter_auroc(mov, yy, codes) - answer_letter_auroc(lib, yy, codes), abs=FLOAT64_ATOL)
+    assert table.rows[0].cells["g"].estimate == pytest.approx(1.0 - (0 + 0 + 0.5) / 3, abs=FLOAT64_ATOL)  # A, B flip from 0 to 1, C from a tie
+    loo = table.leave_one_out["avg"]["g"]
+    ia = loo["intervals"]["a"]  # leaving a out: b alone, its own interval
+    assert ia["estimate"] == pytest.approx(table.rows[1].cells["g"].estimate, abs=FLOAT64_ATOL)
+    assert (ia["low"], ia["high"]) == (pytest.approx(table.rows[1].cells["g"].low, abs=FLOAT64_ATOL), pytest.approx(table.rows[1].cells["g"].high, abs=FLOAT64_ATOL))
+
+
 def _small_table() -> TableResult:
     cols = (
         Column("auroc", "AUROC (stem)", "f", metric="auroc"),
         Column("mass", "Mass_1 & 2", "f", stat="median", column="option_mass"),
-        Column("n", "Items", "f", stat="count"),
+        Column("n", "Items", "f", stat="count", integer=True),
     )
     rows = (
         TableRow("m1", "M1", "checkpoint", ("m1",), {"auroc": Cell(0.6125, 0.5, 0.75, 10), "mass": Cell(0.25, n=10), "n": Cell(10.0, n=10)}),
         TableRow("m2", "M2", "checkpoint", ("m2",), {"auroc": Cell(math.nan, n=10), "mass": Cell(0.5, n=10), "n": Cell(10.0, n=10)}),
         TableRow("avg", "Average", "average", ("m1", "m2"), {"auroc": Cell(math.nan), "mass": Cell(0.375, n=2), "n": Cell(10.0, n=2)}),
     )
-    return TableResult("t9", "Table 9: small", cols, rows, paper={"m1": {"auroc": 0.7}}, digits=2, level=0.95, B=100, seed=0, notes=("a note",))
+    return TableResult(
+        "t9", "Table 9: small", cols, rows, paper={"m1": {"auroc": 0.7, "mass": 2e-5}}, paper_ci={"m1": {"auroc": (0.6, 0.8)}}, section="App. E",
+        digits=2, level=0.95, B=100, seed=0, notes=("a note",),
+    )
 
 
 CAPTION = (
-    "Intervals: 95% percentile bootstrap, 100 replicates (seed 0) shared by every checkpoint of a run; averages are means "
-    "over checkpoints on the same replicates. paper: the paper's value where known."
+    "App. E. Intervals: 95% percentile bootstrap, 100 replicates (seed 0) shared by every checkpoint of a run; averages are means "
+    "over checkpoints on the same replicates. published: the paper's printed value; difference: reproduced − published."
 )
+HEADER = ["Row", "AUROC (stem) (reproduced)", "published", "difference", "Mass_1 & 2 (reproduced)", "published", "difference", "Items (reproduced)", "published", "difference"]
 
 
 def test_markdown_exactly():
     assert to_markdown(_small_table()) == (
         "# Table 9: small\n\n"
-        "| Checkpoint | AUROC (stem) | paper | Mass_1 & 2 | paper | Items | paper |\n"
-        "|---|---|---|---|---|---|---|\n"
-        "| M1 | 0.61 [0.50, 0.75] | 0.70 | 0.25 | — | 10 | — |\n"
-        "| M2 | — | — | 0.50 | — | 10 | — |\n"
-        "| Average | — | — | 0.38 | — | 10 | — |\n"
+        "| " + " | ".join(HEADER) + " |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| M1 | 0.61 [0.50, 0.75] | 0.70 [0.60, 0.80] | -0.09 | 0.25 | 2.00e-05 | +0.25 | 10 | — | — |\n"
+        "| M2 | — | — | — | 0.50 | — | — | 10 | — | — |\n"
+        "| Average | — | — | — | 0.38 | — | — | 10 | — | — |\n"
         f"\n{CAPTION}\n- a note\n"
     )
 
 
 def test_csv_exactly():
     text = to_csv(_small_table())
-    assert text.splitlines()[0] == (
-        "row,label,kind,members,auroc,auroc_low,auroc_high,auroc_n,auroc_paper,mass,mass_low,mass_high,mass_n,mass_paper,n,n_low,n_high,n_n,n_paper"
-    )
+    head = ["row", "label", "kind", "members"] + [f"{k}{x}" for k in ("auroc", "mass", "n") for x in ("", "_low", "_high", "_n", "_published", "_difference")]
+    assert text.splitlines()[0] == ",".join(head)
     assert text.splitlines()[1:] == [
-        "m1,M1,checkpoint,m1,0.6125,0.5,0.75,10,0.7,0.25,,,10,,10.0,,,10,",
-        "m2,M2,checkpoint,m2,,,,10,,0.5,,,10,,10.0,,,10,",
-        "avg,Average,average,m1;m2,,,,,,0.375,,,2,,10.0,,,2,",
+        f"m1,M1,checkpoint,m1,0.6125,0.5,0.75,10,0.7,{0.6125 - 0.7!r},0.25,,,10,2e-05,{0.25 - 2e-5!r},10.0,,,10,,",
+        "m2,M2,checkpoint,m2,,,,10,,,0.5,,,10,,,10.0,,,10,,",
+        "avg,Average,average,m1;m2,,,,,,,0.375,,,2,,,10.0,,,2,,",
     ]
     assert len(list(csv.reader(io.StringIO(text)))) == 4
 
 
 def test_latex_exactly():
-    assert to_latex(_small_table()) == (
-        "\\begin{table}[t]\n"
-        "\\centering\n"
-        f"\\caption{{Table 9: small. {CAPTION}}}\n".replace("%", "\\%")
-        + "\\label{tab:t9}\n"
-        "\\begin{tabular}{lrrrrrr}\n"
-        "\\toprule\n"
-        "Checkpoint & AUROC (stem) & paper & Mass\\_1 \\& 2 & paper & Items & paper \\\\\n"
-        "\\midrule\n"
-        "M1 & 0.61 [0.50, 0.75] & 0.70 & 0.25 & -- & 10 & -- \\\\\n"
-        "M2 & -- & -- & 0.50 & -- & 10 & -- \\\\\n"
-        "\\midrule\n"
-        "Average & -- & -- & 0.38 & -- & 10 & -- \\\\\n"
-        "\\bottomrule\n"
-        "\\end{tabular}\n"
-        "\\end{table}\n"
-    )
+    tex = to_latex(_small_table())
+    assert tex.startswith("\\begin{table}[t]\n\\centering\n" + f"\\caption{{Table 9: small. {CAPTION}}}\n".replace("%", "\\%"))
+    assert "\\begin{tabular}{l" + "rrr" * 3 + "}\n" in tex
+    assert "M1 & 0.61 [0.50, 0.75] & 0.70 [0.60, 0.80] & -0.09 & 0.25 & 2.00e-05 & +0.25 & 10 & -- & -- \\\\\n" in tex
+    assert "\\midrule\nAverage & -- & -- & -- & 0.38 & -- & -- & 10 & -- & -- \\\\\n" in tex
+    assert "Mass\\_1 \\& 2 (reproduced)" in tex
+
+
+def test_a_pending_item_says_so_in_one_line_and_writes_the_papers_cells(tmp_path):
+    """An experiment whose runner does not exist yet (App. I's conditions) is one line, and its table
+    still shows every published cell beside an empty reproduced column."""
+    from sleight.readout.reproduce import reproduce
+
+    said: list[str] = []
+    res = reproduce("table14", tmp_path, models=["smollm2-135m-instruct"], status=said.append)
+    assert len(said) == 1 and said[0].startswith("table14: not runnable yet: ") and "\n" not in said[0]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "table14" / "table.csv").read_text(encoding="utf-8"))))
+    falcon = next(r for r in rows if r["row"] == "falcon-7b")
+    assert float(falcon["t2_mass_published"]) == pytest.approx(6.051e-05, rel=FLOAT64_RTOL) and falcon["t2_mass"] == ""
+    assert len([r for r in rows if r["kind"] == "paper"]) == 8 and res.runs == []
+    assert "Not reproduced: needs reproduce to run App. I's eight conditions" in (tmp_path / "table14" / "table.md").read_text(encoding="utf-8")
+
+
+def test_list_shows_checkpoints_and_needs(capsys):
+    from sleight.cli.main import main
+
+    assert main(["readout", "reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in PAPER_ITEMS:
+        assert f"\n{name} " in f"\n{out}"
+    assert "Qwen/Qwen3-4B-Instruct-2507@cdbee75" in out and "tiiuae/falcon-7b-instruct@8782b5c" in out
+    assert "needs: GPU memory 34 GiB (largest checkpoint, float16), items forecast 240, forward passes ≤" in out  # Qwen3-14B, Table 4
+    assert "not runnable yet:" in out and "cannot be reproduced here:" in out
+
+
+def test_dry_run_plans_the_papers_checkpoints_without_a_hub(capsys, monkeypatch):
+    from sleight.cli.main import main
+    from sleight.readout.reproduce.plan import plan
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["readout", "reproduce", "table4", "table9", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen3-14b" in out and "llama-3-8b" in out and "items   240" in out and "items   500" in out and "GPU-hours ~" in out
+    rows = plan(load_table("table4"), load_table("table4").checkpoints)
+    # per passage: note (cap 256 tokens), the reader, two forecast positions, readout (f)'s 48 tokens
+    assert [(r.items, r.contexts, r.decode_steps) for r in rows] == [(240, 240 * 4, 240 * (256 + 48))] * 4
+    assert rows[2].memory_gib == pytest.approx(14.8e9 * 2 * 1.25 / 2**30, rel=FLOAT64_RTOL)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,44 +406,66 @@ def test_latex_exactly():
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):
+    """One bundled model and one output folder for every config (runs shared between items are copied)."""
+    from sleight.readout.reproduce import ModelCache, ModelSettings
+
+    cache = ModelCache(ModelSettings())
+    yield cache, tmp_path_factory.mktemp("reproduce")
+    cache.close()
+
+
 @pytest.mark.slow
-def test_every_shipped_table_is_written_for_the_bundled_model(tmp_path, monkeypatch):
-    from sleight.cli.main import main
-    from sleight.readout.reproduce import ModelCache, ModelSettings, reproduce
+@pytest.mark.parametrize("name", shipped_tables())
+def test_every_config_runs_end_to_end_on_the_bundled_model(bundled, name, monkeypatch):
+    """Item 4: ``reproduce NAME --models smollm2-135m-instruct`` offline on the shipped fixtures writes the
+    reproduced, published and difference columns (one item per run)."""
+    from sleight.readout.reproduce import reproduce
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cache = ModelCache(ModelSettings())
-    out = tmp_path / "out"
-    try:
-        results = {t: reproduce(t, out, models=["smollm2-135m-instruct"], limit=1, B=50, cache=cache, status=lambda _m: None) for t in shipped_tables()}
-    finally:
-        cache.close()
-    assert cache.loads == 1  # one model for every table; runs shared between tables are copied, not redone
-    for name, res in results.items():
-        config = load_table(name)
-        folder = out / name
-        assert {"table.md", "table.csv", "table.tex", "table.json"} <= {p.name for p in folder.iterdir()}
-        assert (folder / "smollm2-135m-instruct" / "runs.json").is_file()
-        for run in config.runs:
-            assert (folder / "smollm2-135m-instruct" / run / "readings.parquet").is_file()
-        md = (folder / "table.md").read_text(encoding="utf-8").splitlines()
-        header = md[2]
-        assert header == "| Checkpoint | " + " | ".join(f"{c.label} | paper" for c in config.columns) + " |"
-        labels = [r.label for r in res.table.rows]
-        assert labels[0] == "smollm2-135m-instruct" and all(lab.endswith("(1 checkpoint)") for lab in labels[1:])
+    cache, out = bundled
+    res = reproduce(name, out, models=["smollm2-135m-instruct"], limit=1, B=20, cache=cache, status=lambda _m: None)
+    config = load_table(name)
+    folder = out / name
+    assert {"table.md", "table.csv", "table.tex", "table.json"} <= {p.name for p in folder.iterdir()}
+    for run in config.runs if config.runnable else ():
+        assert (folder / "smollm2-135m-instruct" / run / "readings.parquet").is_file()
+    md = (folder / "table.md").read_text(encoding="utf-8").splitlines()
+    assert md[2] == "| Row | " + " | ".join(f"{c.label} (reproduced) | published | difference" for c in config.columns) + " |"
+    assert res.table.rows[0].label == "smollm2-135m-instruct"
+    paper_rows = {r.name for r in res.table.rows if r.kind == "paper"}
+    assert paper_rows == set(config.paper) | set(config.paper_rows)  # every published row shown beside
+    rows = list(csv.DictReader(io.StringIO((folder / "table.csv").read_text(encoding="utf-8"))))
+    for row in rows:
+        for col in config.columns:
+            want = config.paper.get(row["row"], {}).get(col.key)
+            assert (row[f"{col.key}_published"] == "") == (want is None)
+    if config.runnable:
         assert any("shipped fixture" in line for line in md)  # the data is said, not passed off as the paper's
-        rows = list(csv.DictReader(io.StringIO((folder / "table.csv").read_text(encoding="utf-8"))))
-        assert [r["row"] for r in rows] == [r.name for r in res.table.rows]
-        tex = (folder / "table.tex").read_text(encoding="utf-8")
-        assert tex.count("\\\\\n") == 1 + len(res.table.rows) and "\\begin{tabular}{l" + "rr" * len(config.columns) + "}" in tex
-    # the point estimates are the run's own: P(True) AUROC of Library on constructed answers = summary.json's
+    tex = (folder / "table.tex").read_text(encoding="utf-8")
+    assert "\\begin{tabular}{l" + "rrr" * len(config.columns) + "}" in tex
+
+
+@pytest.mark.slow
+def test_reproduced_cells_are_the_runs_own_and_a_rerun_rewrites_the_same_table(bundled, monkeypatch):
     import json
 
-    summary = json.loads((out / "table13" / "smollm2-135m-instruct" / "ptrue-mmlu" / "summary.json").read_text())
-    mine = results["table13"].table.rows[0].cells["auroc_library"].estimate
-    theirs = summary["settings"]["constructed"]["readouts"]["library"]["auroc"]["estimate"]
-    assert (mine == pytest.approx(theirs, rel=FLOAT64_RTOL)) if theirs is not None else math.isnan(mine)
-    # a rerun resumes: nothing left, no model loaded, the same table written
-    before = (out / "table2" / "table.csv").read_text()
-    assert main(["readout", "reproduce", "table2", "--models", "smollm2-135m-instruct", "--limit", "1", "--B", "50", "--out", str(out), "--no-progress"]) == 0
-    assert (out / "table2" / "table.csv").read_text() == before
+    from sleight.cli.main import main
+    from sleight.readout.reproduce import reproduce
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache, out = bundled
+    res = reproduce("appendix-e", out, models=["smollm2-135m-instruct"], limit=1, B=20, cache=cache, status=lambda _m: None)
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "appendix-e" / "smollm2-135m-instruct" / "ptrue-mmlu" / "readings.parquet").to_pylist()
+    wrong = [r for r in rows if r["answer_source"] == "wrong" and r["readout"] == "library"]
+    assert wrong and all(len(r["answer"]) == 1 for r in wrong)  # App. E: the printed answer is a bare non-gold letter
+    share = sum(r["argmax_class"] == "answer_letter" for r in wrong) / len(wrong)
+    assert res.table.rows[0].cells["letter"].estimate == pytest.approx(share, rel=FLOAT64_RTOL)
+    assert json.loads((out / "appendix-e" / "table.json").read_text())["section"] == "App. E, §4"
+    before = (out / "appendix-e" / "table.csv").read_text()
+    args = ["readout", "reproduce", "appendix-e", "--models", "smollm2-135m-instruct", "--limit", "1", "--B", "20", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    assert (out / "appendix-e" / "table.csv").read_text() == before

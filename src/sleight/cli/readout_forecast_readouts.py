@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--items", help="RACE-style JSONL (id, passage, question, choices[4], answer); default: shipped race_items")
     p.add_argument("--limit", type=int, help="use only the first N items")
     p.add_argument("--template", help="alternative forecast template (placeholders {note} and {item}); default: the shipped one")
-    p.add_argument("--template-stem", help="the alternative template's answer stem (default: 'My guess: about ')")
+    p.add_argument("--template-stem", help="the alternative template's answer stem (default: T1's 'Estimate: ', App. I)")
     p.add_argument("--bootstrap", type=int, default=20000, help="bootstrap replicates (default: 20000)")
     p.add_argument("--out", default="runs/readout-forecast-readouts", help="output directory")
     add_model_args(p)

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("table", nargs="*", metavar="TABLE", help="a shipped table (table2, 2, appendix-g ...), 'all', or a table .yaml")
-    p.add_argument("--list", action="store_true", help="list the shipped tables and exit")
+    p.add_argument("--list", action="store_true", help="list the shipped items with their checkpoints and needs (GPU memory, items, forward passes) and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (items, passes, memory, estimated GPU-hours per checkpoint) and exit; no hub, no model")
     p.add_argument("--models", default=None, metavar="M1,M2", help="checkpoints instead of the table's own (names, folders, hub ids)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="the first N items of each run's data (default: the table's)")
     p.add_argument(
@@ -43,15 +44,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from sleight.readout.reproduce import ModelCache, ModelSettings, load_table, reproduce, shipped_tables
+    from sleight.readout.reproduce.plan import dry_run_lines, list_lines
+    from sleight.readout.reproduce.runner import select_checkpoints
 
     if args.list:
         for name in shipped_tables():
-            print(f"{name:<12} {load_table(name).title}")
+            print("\n".join(list_lines(load_table(name))))
         return 0
     if not args.table:
         raise UserError("name a table (sleight readout reproduce --list shows them), or 'all'")
     names = shipped_tables() if args.table == ["all"] else args.table
     configs = [load_table(n) for n in names]  # every config checked before anything runs
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if args.dry_run:
+        for config in configs:
+            print("\n".join(dry_run_lines(config, select_checkpoints(config, models), args.limit)))
+        return 0
     check_writable(args.out, "--out")
     extra = {k: getattr(args, k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gib")}
     settings = ModelSettings(
@@ -60,7 +70,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         engine_kwargs={k: v for k, v in extra.items() if v is not None} if args.engine == "vllm" else {},
     )
     cache = ModelCache(settings)
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     try:
         for config in configs:
             result = reproduce(

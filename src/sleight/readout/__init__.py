@@ -28,7 +28,8 @@ from typing import Any
 _LAZY = {
     **dict.fromkeys(("AuditConfig", "AuditResult", "finalise", "load_readings", "run_audit"), "sleight.readout.audit.run"),
     **dict.fromkeys(("Check", "run_checks", "summarise"), "sleight.readout.audit.checks"),
-    **dict.fromkeys(("AuditItem", "load_items", "parse_options", "resolve_options"), "sleight.readout.audit.items"),
+    **dict.fromkeys(("AuditItem", "parse_options", "resolve_options"), "sleight.readout.audit.items"),
+    "load_items": "sleight.readout.audit.loading",
     **dict.fromkeys(("SCHEMA", "measure", "renormalised_score"), "sleight.readout.audit.measure"),
     "preset_items": "sleight.readout.audit.presets",
     **dict.fromkeys(("SUBSTITUTES", "VARIANTS"), "sleight.readout.audit.variants"),

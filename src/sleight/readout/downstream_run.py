@@ -31,18 +31,13 @@ from sleight.backends import DEFAULT_MODEL, LanguageModel, default_dtype
 from sleight.errors import UserError
 from sleight.progress import SweepProgress
 from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
-from sleight.readout.ptrue.readouts import POSITION_KEYS
+from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
 from sleight.rundir import RunDir
 
 PARTS = "parts"
 READINGS = "readings.parquet"
 DEFAULT_CHUNK = 8  # items per committed part
 DEFAULT_BATCH_SIZE = 64  # rows per forward pass of the model the commands load
-
-
-def _measured(names: Sequence[str]) -> list[pa.Field]:
-    """The audit's own column types for the readings a pipeline copies from :func:`measure`."""
-    return [MEASURE_SCHEMA.field(n) for n in names]
 
 
 _F64_LIST = pa.list_(pa.float64())
@@ -75,36 +70,6 @@ FORECAST_SCHEMA = pa.schema(
         ("option_probs", _F64_LIST),
     ]
 )
-
-PTRUE_READING_COLUMNS = (
-    "context",
-    "context_tail",
-    "n_context_tokens",
-    "ends_with_whitespace",
-    "options",
-    *POSITION_KEYS,
-    "continuation",
-    "continuation_class",
-)
-
-PTRUE_SCHEMA = pa.schema(
-    [
-        ("setting", pa.string()),
-        ("item_id", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("answer_source", pa.string()),
-        ("label", pa.float64()),
-        ("matched", pa.string()),
-        ("answer_tokens", pa.int64()),
-        ("answer_finish", pa.string()),
-        ("readout", pa.string()),
-        ("score", pa.float64()),
-        ("library_prob", pa.float64()),
-        *_measured(PTRUE_READING_COLUMNS),
-    ]
-)
-
 
 @dataclass(frozen=True)
 class Pipeline:
@@ -475,8 +440,9 @@ def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[...
         from sleight.readout.forecast import pipeline as fp
 
         return fp.load_race_items, fp.DEFAULT_ITEMS, fp.summarise, rep.forecast_report
+    from sleight.readout.items import DEFAULT_QA_ITEMS as DEFAULT_ITEMS
+    from sleight.readout.items import load_qa_items
     from sleight.readout.ptrue import pipeline as pp
-    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
 
     return load_qa_items, DEFAULT_ITEMS, pp.summarise, rep.ptrue_report
 

@@ -197,6 +197,98 @@ def per_letter_auroc(
     return out
 
 
+def answer_letter_auroc(scores: Any, labels: Any, letters: Any, weights: Any = None) -> Any:
+    """App. E's per-letter AUROC: AUROC within each *answer* letter (the letter of the model's own
+    answer, not the gold one), the letters' AUROCs averaged with weights equal to their numbers of
+    correct-incorrect pairs. So a score that only tracks which letter was answered counts for
+    nothing. ``letters`` holds one code per item (e.g. 0-3; NaN or negative: no letter, left out).
+    Batched like :func:`sleight.stats.auroc`: with a ``(b, n)`` count matrix, one value per
+    replicate. NaN where no letter has both classes."""
+    s, y = _arrays(scores, labels)
+    g = np.asarray(letters, dtype=np.float64)
+    if g.shape != s.shape:
+        raise ValueError(f"one letter per item: {g.shape} letters for {s.shape} scores")
+    codes = [c for c in np.unique(g[np.isfinite(g)]) if c >= 0]
+    if weights is None:
+        num = den = 0.0
+        for c in codes:
+            m = g == c
+            pairs = float(y[m].sum() * (1.0 - y[m]).sum())
+            if pairs > 0:
+                num += pairs * float(auroc(s[m], y[m]))
+                den += pairs
+        return num / den if den > 0 else math.nan
+    w = np.asarray(weights)
+    num_b = np.zeros(w.shape[0])
+    den_b = np.zeros(w.shape[0])
+    for c in codes:
+        m = g == c
+        wm = w[:, m]
+        pairs = (wm * y[m]).sum(axis=1) * (wm * (1.0 - y[m])).sum(axis=1)
+        if not pairs.any():
+            continue
+        a = np.asarray(auroc(s[m], y[m], wm), dtype=np.float64)
+        ok = pairs > 0
+        num_b[ok] += pairs[ok] * a[ok]
+        den_b[ok] += pairs[ok]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den_b > 0, num_b / np.where(den_b > 0, den_b, 1.0), np.nan)
+
+
+def _answer_letter_stat(*arrays: Any, weights: Any = None) -> Any:
+    scores, labels, letters = arrays
+    return answer_letter_auroc(scores, labels, letters, weights)
+
+
+def answer_letter_auroc_interval(
+    scores: ArrayLike, labels: ArrayLike, letters: ArrayLike, *, B: int = 10000, seed: int = 0, level: float = 0.95, clusters: ArrayLike | None = None
+) -> dict[str, Any]:
+    """:func:`answer_letter_auroc` with its percentile item-bootstrap interval (App. E)."""
+    s, y = _arrays(scores, labels)
+    g = np.asarray(letters, dtype=np.float64)
+    estimate = float(answer_letter_auroc(s, y, g))
+    out: dict[str, Any] = {"metric": "answer_letter_auroc", "n": int(s.size), "estimate": estimate, "low": math.nan, "high": math.nan, "B": B, "level": level}
+    if math.isfinite(estimate):
+        ci = bootstrap_ci(_answer_letter_stat, s, y, g, B=B, seed=seed, level=level, clusters=clusters)
+        out.update(low=ci.low, high=ci.high, n_invalid=ci.n_invalid)
+    return out
+
+
+def log_median(values: Sequence[float | None]) -> float:
+    """Table 11's median: ``10 ** median(log10 mu)`` over the positive values (an even count takes the
+    mean of the two middle logs: linear interpolation on the log scale). NaN when none is positive."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0], dtype=np.float64)
+    return float(10.0 ** np.median(np.log10(x))) if x.size else math.nan
+
+
+def constant_brier(labels: ArrayLike, constant: float | None = None) -> float:
+    """Table 12's baselines: the Brier score of one constant forecast on these rows; ``None``: the
+    fitted constant, the rows' own correctness rate (whose Brier is ``p(1 - p)``)."""
+    y = np.asarray(labels, dtype=np.float64)
+    if not y.size:
+        return math.nan
+    c = float(y.mean()) if constant is None else float(constant)
+    return float(np.mean((c - y) ** 2))
+
+
+def leave_one_out_intervals(replicates: Mapping[str, Any], estimates: Mapping[str, float], level: float = 0.95) -> dict[str, dict[str, float]]:
+    """Leave-one-checkpoint-out with intervals (App. E): for each checkpoint, the mean of the others'
+    estimates and the percentile interval of the others' per-replicate means, every checkpoint's
+    replicates drawn on the same resampled items."""
+    names = list(estimates)
+    if len(names) < 2:
+        raise ValueError("leave-one-out needs at least two checkpoints")
+    alpha = (1.0 - level) / 2.0
+    out: dict[str, dict[str, float]] = {}
+    for k in names:
+        rest = [m for m in names if m != k]
+        reps = np.mean(np.stack([np.asarray(replicates[m], dtype=np.float64) for m in rest]), axis=0)
+        ok = reps[np.isfinite(reps)]
+        lo, hi = (float(v) for v in np.quantile(ok, [alpha, 1.0 - alpha])) if ok.size else (math.nan, math.nan)
+        out[k] = {"estimate": float(np.mean([estimates[m] for m in rest])), "low": lo, "high": hi}
+    return out
+
+
 def leave_one_out(values: Mapping[str, Any], aggregate: Callable[..., Any] | None = None) -> dict[str, Any]:
     """An aggregate over checkpoints, and the same aggregate recomputed with each one left out.
 

@@ -10,13 +10,13 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.data.common import jsonl_objects
+from sleight.readout.items import read_text
 
 DEFAULT_LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 
@@ -174,28 +174,6 @@ def _check_unique(items: Sequence[AuditItem], wheres: Sequence[str]) -> None:
         seen[item.id] = where
 
 
-def read_text(path: str | Path) -> str:
-    """A file's text as UTF-8; a file that is not UTF-8 is one UserError naming the line."""
-    p = Path(path)
-    data = p.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise UserError(f"{p.name} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
-
-
-def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
-    """Parsed JSONL objects with their ``file:line`` labels; a malformed line is a UserError."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"items file not found: {p}")
-    out = jsonl_objects(read_text(p), p.name)
-    if not out:
-        raise UserError(f"items file is empty: {p}")
-    return out
-
-
 _JSONISH = re.compile(r"^\s*[\[{]")
 
 
@@ -249,19 +227,6 @@ def items_from_records(records: Iterable[tuple[Mapping[str, Any], str]]) -> list
     return items
 
 
-def load_items(path: str | Path) -> list[AuditItem]:
-    """Items from a ``.jsonl`` or ``.csv`` file, validated (no model needed)."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        from sleight.readout.audit.lm_eval import load_lm_eval_task
-
-        return load_lm_eval_task(p)
-    if suffix == ".csv":
-        return items_from_records(load_csv_records(p))
-    return items_from_records(load_jsonl_records(p))
-
-
 def resolve_options(items: Sequence[AuditItem], run_options: Sequence[str] | None) -> list[AuditItem]:
     """Give every item its option set (its own, else the run's); an item with none is an error."""
     from dataclasses import replace
@@ -274,24 +239,3 @@ def resolve_options(items: Sequence[AuditItem], run_options: Sequence[str] | Non
             item = replace(item, options=tuple(run_options))
         out.append(item)
     return out
-
-
-T = TypeVar("T")
-
-
-def load_unique_items(
-    path: str | Path, from_record: Callable[[dict[str, Any], str], T], limit: int | None = None
-) -> list[T]:
-    """Items built by ``from_record`` from a JSONL file: errors name the file and line, ids must be
-    unique, at most ``limit`` (>= 1) are returned."""
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1, got {limit}")
-    items: list[T] = []
-    seen: dict[str, str] = {}
-    for rec, where in load_jsonl_records(path):
-        item = from_record(rec, where)
-        if item.id in seen:  # type: ignore[attr-defined]
-            raise UserError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")  # type: ignore[attr-defined]
-        seen[item.id] = where  # type: ignore[attr-defined]
-        items.append(item)
-    return items[:limit] if limit is not None else items

@@ -199,3 +199,25 @@ def lines_to_html(lines: Sequence[str]) -> str:
             out.append(f"<p>{html.escape(line)}</p>")
     flush()
     return "\n".join(out)
+
+
+# -- App. D's counting rules ---------------------------------------------------------------------------
+JUDGE_CONTINUATION_TOKENS = 64  # App. D: each rate uses 64-token greedy continuations
+_BARE_NUMBER = re.compile(r"^\s*\d+(?:[.,]\d+)?\s*$")
+
+
+def is_bare_number(continuation: str) -> bool:
+    """App. D / §4: a continuation that is only a number (whitespace around it allowed)."""
+    return bool(_BARE_NUMBER.match(continuation))
+
+
+def counted_class(judge_class: str, continuation: str) -> str:
+    """App. D: the class a rate counts: a bare number is a forecast whatever the judge said."""
+    return "forecast" if is_bare_number(continuation) else judge_class
+
+
+def execution_rate(classes: Sequence[str], continuations: Sequence[str]) -> float:
+    """App. D: the share of continuations counted as executing the instruction (bare numbers are
+    forecasts, so ``Reply with a single integer.`` has no attributable rate)."""
+    counted = [counted_class(c, t) for c, t in zip(classes, continuations)]
+    return sum(c == "instruction" for c in counted) / len(counted) if counted else float("nan")

@@ -298,7 +298,7 @@ def agreement_table(
 # -- the run directory's table ---------------------------------------------------------------------------
 def judge_tables(out_dir: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None, list[str]]:
     """The readout judge's votes, verdicts and jury, where ``sleight readout judge`` ran (else ``None``s)."""
-    from sleight.readout.audit.judge_run import JURY_META, VERDICTS, load_judgements
+    from sleight.readout.audit.judge_store import JURY_META, VERDICTS, load_judgements
 
     out_dir = Path(out_dir)
     if not (out_dir / JURY_META).is_file() or not (out_dir / VERDICTS).is_file():

@@ -8,6 +8,10 @@ radio buttons. The judge's classes stay hidden until the person has saved their 
 continuation. Each save is a POST to ``/api/labels`` that :func:`make_server` commits to the run
 directory at once (:func:`sleight.readout.audit.labels.save_labels`); ``GET /api/labels?labeller=``
 gives a labeller's stored labels back, so a page opened again resumes where it stopped.
+
+Every request must name this server in its ``Host`` header (a DNS-rebinding page names its own
+host), and a write from a browser must come from this server's own origin (:func:`refused`): a page
+of another site open in the same browser cannot read or store labels.
 """
 
 from __future__ import annotations
@@ -78,6 +82,37 @@ def write_page(out_dir: Path, data: dict[str, Any]) -> Path:
     return rundir.write_text(folder / "index.html", page)
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def own_hosts(host: str, port: int) -> frozenset[str]:
+    """The ``Host`` values that name this server: its own address and port, and for a loopback
+    address every loopback name with that port."""
+    name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    names = {name, *LOOPBACK_NAMES} if name in LOOPBACK_NAMES or name == "[::1]" else {name}
+    return frozenset(f"{n}:{port}" for n in names)
+
+
+def refused(method: str, headers: Any, host: str, port: int) -> str | None:
+    """Why a request is refused, or None: a ``Host`` that is not this server's (a DNS-rebinding
+    page), and for a write an ``Origin`` other than this server's or a browser's ``Sec-Fetch-Site``
+    other than same-origin (another page open in the same browser). A client that sends no Origin
+    (curl, a script) is not a browser page and may write."""
+    ours = own_hosts(host, port)
+    if (headers.get("Host") or "").lower() not in ours:
+        return f"Host {headers.get('Host')!r} is not this server's"
+    if method != "GET":
+        origin = headers.get("Origin")
+        if origin is not None:
+            url = urllib.parse.urlsplit(origin.lower())
+            if url.scheme != "http" or url.netloc not in ours:
+                return f"Origin {origin!r} is not this server's"
+        site = headers.get("Sec-Fetch-Site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"a {site} request may not write labels"
+    return None
+
+
 def make_server(out_dir: Path, offered: dict[tuple[str, str], list[str]], *, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
     """A server for the page folder whose ``/api/labels`` reads and commits labels (not yet serving)."""
     out_dir = Path(out_dir)
@@ -100,7 +135,15 @@ def make_server(out_dir: Path, offered: dict[tuple[str, str], list[str]], *, hos
             self.end_headers()
             self.wfile.write(body)
 
+        def _refused(self, method: str) -> bool:
+            why = refused(method, self.headers, host, int(self.server.server_address[1]))  # type: ignore[index]
+            if why:
+                self._json(403, {"error": why})
+            return why is not None
+
         def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            if self._refused("GET"):
+                return None
             url = urllib.parse.urlsplit(self.path)
             if url.path != "/api/labels":
                 return super().do_GET()
@@ -115,6 +158,8 @@ def make_server(out_dir: Path, offered: dict[tuple[str, str], list[str]], *, hos
             self._json(200, {"labels": [{k: r[k] for k in store.LABEL_SCHEMA.names} for r in mine.to_dict("records")]})
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            if self._refused("POST"):
+                return None
             if urllib.parse.urlsplit(self.path).path != "/api/labels":
                 return self._json(404, {"error": "not found"})
             try:

@@ -42,7 +42,8 @@ from typing import Any
 import yaml
 
 from sleight.errors import UserError
-from sleight.readout.audit.items import AuditItem, read_text, validate_options
+from sleight.readout.audit.items import AuditItem, validate_options
+from sleight.readout.items import read_text
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:

@@ -163,7 +163,7 @@ def ptrue_items(records: Sequence[Mapping[str, Any]], *, instruct: bool = True) 
     (:attr:`sleight.readout.ptrue.answers.QAItem.prompt_without_instruction`): ``meta`` carries it
     and ``deleted_question``, the question with it deleted, which the paper's Deleted readout quotes
     (None where the record has none or its question does not contain it)."""
-    from sleight.readout.ptrue.answers import QAItem
+    from sleight.readout.items import QAItem
 
     items: list[AuditItem] = []
     for k, rec in enumerate(records):

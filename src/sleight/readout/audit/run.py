@@ -133,7 +133,8 @@ def load_audit(
     ``options`` is the run-level option list (``"10,30,50"`` or a JSON list)."""
     from dataclasses import replace
 
-    from sleight.readout.audit.items import load_items, parse_options, resolve_options
+    from sleight.readout.audit.items import parse_options, resolve_options
+    from sleight.readout.audit.loading import load_items
     from sleight.readout.audit.variants import parse_variants
 
     if bool(items) == bool(preset or data):
@@ -274,7 +275,7 @@ def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
 def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, config: AuditConfig) -> dict[str, Any]:
     """The P(True) readouts of the ptrue preset, recorded as ``readout ptrue`` records them
     (ptrue.parquet: one row per (pair, readout)) and summarised the same way."""
-    from sleight.readout.downstream_run import PTRUE_SCHEMA
+    from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
     from sleight.readout.ptrue.pipeline import score_pair_rows
     from sleight.readout.ptrue.pipeline import summarise as ptrue_summary
 
@@ -339,7 +340,7 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
     summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
     rundir.write_json(out / "summary.json", summary)
     from sleight.readout.audit.judge import lines_to_html
-    from sleight.readout.audit.judge_run import section_lines
+    from sleight.readout.audit.judge_store import section_lines
 
     jury = section_lines(out)  # the jury's classes, once 'sleight readout judge' has run
     md, page = write_reports(out, manifest, summary, checks, extra_md=jury, extra_html=lines_to_html(jury))

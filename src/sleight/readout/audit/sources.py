@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.audit.items import load_csv_records, load_jsonl_records
+from sleight.readout.audit.items import load_csv_records
+from sleight.readout.items import load_jsonl_records
 
 LETTERS = "ABCD"
 

@@ -70,7 +70,7 @@ def _unique(items: list[Any], spec: str, limit: int | None) -> list[Any]:
 
 def qa_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
     """The questions of ``readout ptrue`` / ``readout estimators`` (:class:`~sleight.readout.ptrue.answers.QAItem`)."""
-    from sleight.readout.ptrue.answers import qa_item_from_record
+    from sleight.readout.items import qa_item_from_record
 
     ds = load_data(spec)
     recs = ds.view("qa", limit)
@@ -79,7 +79,7 @@ def qa_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
 
 def race_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
     """The items of ``readout forecast`` (:class:`~sleight.readout.forecast.pipeline.RaceItem`)."""
-    from sleight.readout.forecast.pipeline import race_item_from_record
+    from sleight.readout.items import race_item_from_record
 
     ds = load_data(spec)
     recs = ds.view("forecast", limit)
@@ -93,6 +93,6 @@ def load_questions(items: str | None, data: str | None, limit: int | None = None
         raise UserError("give one of --items FILE or --data SPEC")
     if data:
         return qa_items(data, limit)[1]
-    from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
+    from sleight.readout.items import DEFAULT_QA_ITEMS, load_qa_items
 
-    return load_qa_items(items or DEFAULT_ITEMS, limit=limit)
+    return load_qa_items(items or DEFAULT_QA_ITEMS, limit=limit)

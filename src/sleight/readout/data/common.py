@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
+from sleight.readout.items import jsonl_objects
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -167,24 +168,6 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
             raise UserError(f"{p.name}: expected a JSON list of row objects")
         return obj
     return [rec for rec, _ in jsonl_objects(text, p.name)]
-
-
-def jsonl_objects(text: str, name: str) -> list[tuple[dict[str, Any], str]]:
-    """Each non-blank line of a JSONL text as an object, with its ``name line N`` label; a line
-    that is not a JSON object is one UserError naming it."""
-    out = []
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{name} line {n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(rec, dict):
-            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        out.append((rec, where))
-    return out
 
 
 def _read_csv(p: Path) -> list[dict[str, Any]]:
@@ -360,20 +343,19 @@ def lettered_ptrue_records(records: Sequence[Mapping[str, Any]]) -> list[dict[st
     """Lettered records (``id, question, choices[4], answer`` letter, optional ``passage``/``input``/
     ``instruction``) as P(True) preset records (``id, question, answers, wrong, instruction``): the
     question quoted is the text the model answers (:attr:`sleight.readout.ptrue.answers.QAItem.prompt`),
-    the accepted answer ``"B. <choice>"``, the wrong one the seeded non-gold choice
+    the accepted answer the gold letter, the wrong one the seeded non-gold letter (App. E prints letters)
     (:func:`sleight.readout.ptrue.pipeline.printed_wrong_letter`, the draw
     :func:`~sleight.readout.ptrue.pipeline.constructed_pairs` prints), and the quoted item's
     instruction (what the paper's Deleted readout deletes), so ``readout audit --preset ptrue`` and
     ``readout ptrue --answers constructed`` quote the same pairs."""
-    from sleight.readout.ptrue.answers import LETTERS, qa_item_from_record
-    from sleight.readout.ptrue.pipeline import printed_wrong_letter
+    from sleight.readout.items import printed_wrong_letter, qa_item_from_record
 
     out = []
     for k, rec in enumerate(records):
         item = qa_item_from_record(rec, f"record {k + 1}")
         assert item.choices is not None and item.gold_letter is not None
         wrong = printed_wrong_letter(item.id, item.gold_letter)
-        pair = {"id": item.id, "question": item.prompt, "answers": [item.gold_text], "wrong": f"{wrong}. {item.choices[LETTERS.index(wrong)]}"}
+        pair = {"id": item.id, "question": item.prompt, "answers": [item.gold_letter], "wrong": wrong}
         if item.instruction_text is not None:
             pair["instruction"] = item.instruction_text
         out.append(pair)

@@ -1,43 +1,48 @@
-"""RACE-H as the paper samples it: the ``high`` config's test split of ``ehovy/race``, duplicates
-removed, passages of at least 200 words, then a seeded draw.
+"""RACE-H as the paper samples it (App. A.1): ``ehovy/race`` config ``high`` at the pinned revision,
+test, validation, then train, grouped by passage, passages of at least 200 words, shuffled with
+``random.Random(0)``, one question per passage.
 
 The rule, in order:
 
-1. rows of ``ehovy/race`` config ``high``, split ``test`` (columns ``example_id, article, question,
-   options, answer``), in the file's order, at the pinned revision :data:`REVISION` when read from
-   the hub (a file's own revision is read from its hub-cache path where it has one, and its sha256
-   is always recorded);
-2. duplicates removed: a row whose (article, question, options) was seen before is dropped, the
-   first one kept;
-3. passages of at least :data:`MIN_WORDS` = 200 words (whitespace-separated tokens of ``article``);
-4. a seeded draw of ``n`` items: ``numpy.random.default_rng(seed).permutation(len(pool))``, the first
-   ``n`` positions, in the drawn order -- so a smaller ``n`` is a prefix of a larger one and ``--limit``
-   after the draw equals a smaller draw.
+1. rows of ``ehovy/race`` config ``high`` (columns ``example_id, article, question, options,
+   answer``), split ``test``, then ``validation``, then ``train``, each in stored row order, at the
+   pinned revision :data:`REVISION` when read from the hub (a file's own revision is read from its
+   hub-cache path where it has one, and every file's sha256 is recorded). A file spec names the test
+   file; its ``validation``/``train`` siblings are read where they exist (the provenance lists the
+   splits read);
+2. rows grouped by the MD5 of the UTF-8 passage text: a passage keeps its first occurrence's position
+   and accumulates its questions in encounter order (:func:`passage_groups`);
+3. passages of at least :data:`MIN_WORDS` = 200 words (``str.split`` tokens: inferred, A.1 does not
+   name its word count);
+4. the passages shuffled with ``random.Random(seed)`` (seed 0), and one question chosen for each of
+   the first :data:`PAPER_PASSAGES` = 3,052 passages with the same generator (``rng.choice``, in the
+   shuffled order; inferred: A.1 names the generator, not the call); the sample of ``n`` items is the
+   first ``n`` -- every RACE-H sample of the paper is a prefix of this one list, so ``--limit`` after
+   the draw equals a smaller draw.
 
-The paper's own ``n`` and seed were not available to this project: the defaults :data:`DEFAULT_N` =
-500 and :data:`DEFAULT_SEED` = 0 are this project's choice (``race-h:FILE:n=N:seed=S`` sets both).
-The pinned revision is the one another public harness pins for the same split (recorded in
-``docs/data.md``).
-
-Item ids are ``<example_id>:<k>``, ``k`` the question's position among the rows of that passage
-file in the split (``example_id`` names a passage, which has several questions).
+Item ids are ``<example_id>:<k>`` (``k``: the question's position among that passage file's rows in
+its split; ``validation/``/``train/`` prefixed outside the test split); ``passage_id`` is the
+passage's first occurrence's ``example_id`` and ``passage_md5`` its hash.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Spec, check_params, int_param, load_split
+from sleight.readout.data.common import DataSet, HubSplit, Loaded, Spec, check_params, int_param, load_split
 
 HUB = HubSplit("ehovy/race", "high", "test", "2fec9fd81f1dc971569a9b729c43f2f0e6436637")
 REVISION = HUB.revision
+SPLITS = ("test", "validation", "train")  # A.1's reading order
 MIN_WORDS = 200
-DEFAULT_N = 500
-DEFAULT_SEED = 0
+PAPER_PASSAGES = 3052  # A.1: one question for each of the first 3,052 shuffled passages
+DEFAULT_N = PAPER_PASSAGES
+DEFAULT_SEED = 0  # A.1: random.Random(0)
 LETTERS = ("A", "B", "C", "D")
 
 
@@ -46,59 +51,101 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def race_rows_to_records(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Hub rows -> forecast records (``id, passage, question, choices, answer``) with their row index."""
+def race_rows_to_records(rows: Sequence[Mapping[str, Any]], split: str = "test") -> list[dict[str, Any]]:
+    """Hub rows of one split -> forecast records (``id, passage, question, choices, answer``) with
+    their split and row index."""
     out = []
     per_passage: dict[str, int] = {}
+    prefix = "" if split == "test" else f"{split}/"
     for k, r in enumerate(rows):
         for key in ("article", "question", "options", "answer"):
             if key not in r:
-                raise UserError(f"race row {k + 1}: missing column '{key}' (expected ehovy/race's example_id, article, question, options, answer)")
+                raise UserError(f"race {split} row {k + 1}: missing column '{key}' (expected ehovy/race's example_id, article, question, options, answer)")
         options = list(r["options"])
         if len(options) != 4 or r["answer"] not in LETTERS:
-            raise UserError(f"race row {k + 1}: needs 4 options and an answer letter A-D")
+            raise UserError(f"race {split} row {k + 1}: needs 4 options and an answer letter A-D")
         ex = str(r.get("example_id") or f"row{k}")
         q = per_passage.get(ex, 0)
         per_passage[ex] = q + 1
         out.append({
-            "id": f"{ex}:{q}", "passage": r["article"], "question": r["question"], "choices": options, "answer": r["answer"],
-            "example_id": ex, "source_index": k,
+            "id": f"{prefix}{ex}:{q}", "passage": r["article"], "question": r["question"], "choices": options, "answer": r["answer"],
+            "example_id": ex, "split": split, "source_index": k,
         })
     return out
 
 
-def paper_sample(records: Sequence[Mapping[str, Any]], n: int | None, seed: int, min_words: int = MIN_WORDS) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The paper's filters and draw over RACE records (see the module docstring); returns the drawn
-    records and the counts at each step."""
-    seen: set[tuple[str, str, tuple[str, ...]]] = set()
-    unique = []
+def passage_md5(text: str) -> str:
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def passage_groups(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A.1's grouping: records (test, validation, train, in stored order) grouped by the MD5 of the
+    UTF-8 passage, each group at its first occurrence's position with its questions in encounter
+    order. A group: ``md5``, ``passage_id`` (the first ``example_id``), ``passage``, ``questions``."""
+    groups: dict[str, dict[str, Any]] = {}
     for r in records:
-        key = (r["passage"], r["question"], tuple(r["choices"]))
-        if key in seen:
+        h = passage_md5(r["passage"])
+        g = groups.get(h)
+        if g is None:
+            g = groups[h] = {"md5": h, "passage_id": r.get("example_id"), "passage": r["passage"], "questions": []}
+        g["questions"].append(dict(r))
+    return list(groups.values())
+
+
+def paper_sample(
+    records: Sequence[Mapping[str, Any]], n: int | None, seed: int = DEFAULT_SEED, min_words: int = MIN_WORDS, passages: int = PAPER_PASSAGES
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """A.1's draw over RACE records in reading order (see the module docstring): the first ``n`` of
+    the one list, and the counts at each step."""
+    groups = passage_groups(records)
+    pool = [g for g in groups if word_count(g["passage"]) >= min_words]
+    rng = random.Random(seed)
+    rng.shuffle(pool)
+    listed = []
+    for g in pool[:passages]:
+        q = dict(rng.choice(g["questions"]))
+        q.update(passage_id=g["passage_id"], passage_md5=g["md5"])
+        listed.append(q)
+    drawn = listed if n is None else listed[:n]
+    return drawn, {"rows": len(records), "passages": len(groups), "long_enough": len(pool), "listed": len(listed), "drawn": len(drawn)}
+
+
+def _splits(spec: Spec) -> list[tuple[str, Loaded]]:
+    """The splits A.1 reads, in its order: every one for the hub or a folder; for a file, the test
+    file and its validation/train siblings where they exist."""
+    out = [("test", load_split(spec, HUB))]
+    path = Path(spec.where)
+    for split in SPLITS[1:]:
+        if spec.is_hub or path.is_dir():
+            out.append((split, load_split(spec, HUB, split=split)))
             continue
-        seen.add(key)
-        unique.append(dict(r))
-    pool = [r for r in unique if word_count(r["passage"]) >= min_words]
-    order = np.random.default_rng(seed).permutation(len(pool))
-    drawn = [pool[int(i)] for i in (order if n is None else order[:n])]
-    return drawn, {"rows": len(records), "unique": len(unique), "long_enough": len(pool), "drawn": len(drawn)}
+        sibling = path.with_name(path.name.replace("test", split))
+        if sibling != path and sibling.is_file():
+            out.append((split, load_split(spec, HUB, split=split, where=str(sibling))))
+    return out
 
 
 def load(spec: Spec) -> DataSet:
-    """``race-h:WHERE[:n=N][:seed=S]``: the paper's RACE-H sample."""
+    """``race-h:WHERE[:n=N][:seed=S]``: the paper's RACE-H sample (App. A.1)."""
     from sleight.readout.data.common import lettered_ptrue_records
 
     check_params(spec, ("n", "seed"))
     n = int_param(spec, "n", DEFAULT_N, minimum=1)
     seed = int_param(spec, "seed", DEFAULT_SEED)
     assert seed is not None
-    loaded = load_split(spec, HUB)
-    drawn, counts = paper_sample(race_rows_to_records(loaded.rows), n, seed)
+    splits = _splits(spec)
+    records = [rec for split, loaded in splits for rec in race_rows_to_records(loaded.rows, split)]
+    drawn, counts = paper_sample(records, n, seed)
     if not drawn:
-        raise UserError(f"--data '{spec.text}': no RACE item has a passage of at least {MIN_WORDS} words")
+        raise UserError(f"--data '{spec.text}': no RACE passage has at least {MIN_WORDS} words")
+    test = splits[0][1]
     prov = {
-        "spec": spec.text, "family": "race-h", **loaded.record(HUB),
-        "rule": {"dedupe": "article+question+options", "min_words": MIN_WORDS, "n": n, "seed": seed, "draw": "numpy default_rng(seed).permutation, first n"},
+        "spec": spec.text, "family": "race-h", **test.record(HUB),
+        "splits": {split: loaded.record(HubSplit(HUB.dataset, HUB.config, split, HUB.revision)) for split, loaded in splits},
+        "rule": {
+            "order": [s for s, _ in splits], "group": "md5 of the UTF-8 passage", "min_words": MIN_WORDS, "passages": PAPER_PASSAGES, "n": n, "seed": seed,
+            "draw": "random.Random(seed).shuffle(passages), then rng.choice(questions) per passage (App. A.1)",
+        },
         "counts": counts,
     }
     views = {"forecast": _forecast, "qa": _forecast, "ptrue": lettered_ptrue_records}

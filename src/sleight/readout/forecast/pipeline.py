@@ -31,7 +31,6 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,10 @@ from sleight.readout.audit.presets import (
     choices_block,
     forecast_prompt,
 )
+from sleight.readout.items import DEFAULT_RACE_ITEMS as DEFAULT_ITEMS  # noqa: F401 - re-exported
+from sleight.readout.items import RaceItem
+from sleight.readout.items import load_race_items as load_race_items
+from sleight.readout.items import race_item_from_record as race_item_from_record
 from sleight.stats.downstream import (
     clean,
     cluster_codes,
@@ -58,7 +61,6 @@ from sleight.stats.downstream import (
     paired_difference,
 )
 
-DEFAULT_ITEMS = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "race_items.jsonl"  # 28 shipped items
 NOTE_WORDS = 32
 NOTE_MAX_NEW_TOKENS = 64  # 32 English words are ~40-45 tokens of this tokenizer; the rest is cut
 NOTE_PROMPT = (
@@ -71,39 +73,6 @@ POSITIONS = ("original", "stem")
 READERS = ("spaced", "unspaced")  # whose correctness is the target; Table 4 reads the spaced letters
 DEFAULT_READER = "spaced"
 CONTINUATION_TOKENS = 48  # greedy tokens at each scored position: readout (f) decodes 48 (Appendix H)
-
-
-@dataclass(frozen=True)
-class RaceItem:
-    """A RACE-style item: passage, question, four choices and the gold letter."""
-
-    id: str
-    passage: str
-    question: str
-    choices: tuple[str, str, str, str]
-    answer: str
-
-
-def race_item_from_record(rec: Mapping[str, Any], where: str) -> RaceItem:
-    """Validate one record (``{id, passage, question, choices[4], answer}``)."""
-    if "id" not in rec or not isinstance(rec["id"], (str, int)) or rec["id"] == "":
-        raise UserError(f"{where}: missing 'id'")
-    for key in ("passage", "question"):
-        if not isinstance(rec.get(key), str) or not rec[key].strip():
-            raise UserError(f"{where}: '{key}' must be a non-empty string (needs id, passage, question, choices[4], answer)")
-    choices = rec.get("choices")
-    if not isinstance(choices, list) or len(choices) != 4 or not all(isinstance(c, str) and c.strip() for c in choices):
-        raise UserError(f"{where}: 'choices' must be a list of 4 non-empty strings")
-    if rec.get("answer") not in LETTERS:
-        raise UserError(f"{where}: 'answer' must be one of A, B, C, D, got {rec.get('answer')!r}")
-    return RaceItem(str(rec["id"]), rec["passage"], rec["question"], tuple(choices), rec["answer"])
-
-
-def load_race_items(path: str | Path, limit: int | None = None) -> list[RaceItem]:
-    """Items from a JSONL file (errors name the file and line), ids unique, at most ``limit``."""
-    from sleight.readout.audit.items import load_unique_items
-
-    return load_unique_items(path, race_item_from_record, limit)
 
 
 # ---------------------------------------------------------------------------------------------

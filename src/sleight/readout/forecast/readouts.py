@@ -5,9 +5,10 @@ read
 
 * (c) ``deleted`` -- with the quoted item's instruction ("Answer with exactly one of: A, B, C, D.")
   deleted, at the original position;
-* (d) ``alt`` -- through an alternative template (``{note}`` and ``{item}`` placeholders; the shipped
-  one is project-written, ``--template FILE`` takes the user's), at its generation prompt;
-* (e) ``alt_stem`` -- the same with the template's own answer stem prefilled;
+* (d) ``alt`` -- through an alternative template (``{note}`` and ``{item}`` placeholders; by default
+  App. I's T1 as printed, :data:`T1_TEMPLATE`; ``--template FILE`` takes the user's), at its
+  generation prompt;
+* (e) ``alt_stem`` -- the same with the template's own answer stem prefilled (T1's ``"Estimate: "``);
 * (f) ``continuation`` -- the number parsed from the model's greedy continuation at the original
   position (48 tokens, Appendix H: :data:`~sleight.readout.forecast.pipeline.CONTINUATION_TOKENS`):
   the first grid value written, 0.5 when there is none
@@ -52,12 +53,33 @@ READOUTS: dict[str, str] = {
     "stem_forecast": '(h) short stem "Forecast: "',
 }
 SHORT_STEMS: dict[str, str] = {"stem_number": "Number: ", "stem_forecast": "Forecast: "}  # Appendix H
-ALT_TEMPLATE = "forecast_alt.txt"
-ALT_STEM = "My guess: about "
+ALT_TEMPLATE = "forecast_alt.txt"  # the project's own template before issue #27 (``--template`` still reads any)
 PLACEHOLDERS = ("{note}", "{item}")
+# App. I's T1, as printed, the paper's readouts (d) and (e) of Table 13. Its sentences are the paper's;
+# where its line breaks fall is inferred (the printed box marks typeset breaks, not newlines): one
+# paragraph per block, the note and the item each on its labelled line.
+T1_TEMPLATE = (
+    "Someone read a passage and wrote the short note below. Imagine 100 readers who will see only this note and the question "
+    "below, including its final answer instruction. They will never see the passage. Each reader will answer the question, and "
+    "correctness will be judged against the original passage.\n\n"
+    "Note: {note}\n\n"
+    "Question: {item}\n\n"
+    "Estimate how many of these 100 readers will answer correctly. Consider how much useful information the note provides, "
+    "whether it distinguishes the choices, and where readers may misunderstand or have to guess.\n\n"
+    "The question's instruction to answer with a letter is for the readers. Your task is to forecast their number of correct answers.\n\n"
+    "Choose the closest of these five counts to your estimate: 10, 30, 50, 70, 90. Reply with exactly one of these values and nothing else."
+)
+T1_STEM = "Estimate: "  # App. I: T1's answer stem
+ALT_STEM = T1_STEM
 
 
 def shipped_alt_template() -> str:
+    """The alternative template of readouts (d) and (e): the paper's T1 (App. I, Table 13)."""
+    return T1_TEMPLATE
+
+
+def project_alt_template() -> str:
+    """The project's own alternative template (before issue #27), kept for comparison."""
     return resources.files("sleight").joinpath("data/scorers").joinpath(ALT_TEMPLATE).read_text(encoding="utf-8")
 
 

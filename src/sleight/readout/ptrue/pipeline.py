@@ -9,7 +9,7 @@ Steps:
    * ``own`` -- the model's own greedy answer, labelled by its correctness. This is the usual
      lm-polygraph setting (P(True) as an uncertainty score for the model's own generation).
    * ``constructed`` -- each question twice, with its gold answer (label 1) and with the fixture's
-     plausible wrong answer (label 0; for lettered items a seeded non-gold choice). Balanced
+     plausible wrong answer (label 0; for lettered items a seeded non-gold letter, printed bare as App. E prints it). Balanced
      labels by construction, so the ranking is measurable even when a small model gets most
      questions wrong; the two rows of a question form one bootstrap cluster.
 
@@ -37,6 +37,7 @@ import numpy as np
 from sleight.backends import LanguageModel
 from sleight.errors import UserError
 from sleight.readout.audit.measure import MASS_FLOOR
+from sleight.readout.items import PRINTED_SEED, printed_wrong_letter
 from sleight.readout.ptrue.answers import (
     LETTERS,
     Answer,
@@ -49,6 +50,7 @@ from sleight.readout.ptrue.answers import (
 from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, score_pairs
 from sleight.stats.downstream import (
     all_pairs,
+    answer_letter_auroc_interval,
     clean,
     cluster_codes,
     counts,
@@ -73,19 +75,7 @@ def parse_settings(text: str) -> tuple[str, ...]:
     return (text,)
 
 
-PRINTED_SEED = 0
 ARGMAX_SPLIT = ("gold", "printed", "neither")
-
-
-def printed_wrong_letter(item_id: str, gold_letter: str, seed: int = PRINTED_SEED, letters: Sequence[str] = LETTERS) -> str:
-    """The non-gold answer printed with a lettered item: a seeded draw among the non-gold letters,
-    one stream per item (``[seed, crc32(item id)]``), so it does not depend on the order or the
-    number of items. (Before issue #19 it was the first non-gold letter.)"""
-    import zlib
-
-    others = [x for x in letters if x != gold_letter]
-    rng = np.random.default_rng([seed, zlib.crc32(str(item_id).encode())])
-    return others[int(rng.integers(len(others)))]
 
 
 def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_letter: str | None) -> str | None:
@@ -105,15 +95,17 @@ def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_lett
 
 def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> list[dict[str, Any]]:
     """Gold (label 1) and wrong (label 0) answer per item; items without a wrong answer give only
-    their gold row, which still counts but cannot pair. A lettered item's wrong answer is the
-    seeded non-gold choice (:func:`printed_wrong_letter`)."""
+    their gold row, which still counts but cannot pair. A lettered item prints bare letters, as
+    App. E's wrong printed answer does: the gold letter, and the seeded non-gold letter
+    (:func:`printed_wrong_letter`)."""
     pairs = []
     for it in items:
         wrong: str | None
         if it.choices is not None and it.gold_letter is not None:
-            gold = it.gold_text
-            wrong_letter = printed_wrong_letter(it.id, it.gold_letter, seed)
-            wrong = f"{wrong_letter}. {it.choices[LETTERS.index(wrong_letter)]}"
+            # App. E: the printed possible answer replaced by a letter (the library prints the
+            # model's own answer, a bare letter on MMLU): gold's letter, or a seeded non-gold one
+            gold = it.gold_letter
+            wrong = printed_wrong_letter(it.id, it.gold_letter, seed)
         else:
             gold, wrong = it.aliases[0], it.wrong
         dq = it.prompt_without_instruction
@@ -267,6 +259,12 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
             out["readouts"][r]["argmax_split"] = counts(
                 [argmax_split(x["argmax_token"], g, p) for x, g, p in zip(rs, gold, printed) if g is not None and x["argmax_token"] is not None]
             )
+        if any(g is not None for g in gold) and any(x.get("answer_source") == "own" for x in rs):
+            codes = _answer_letter_codes(rs)
+            keep = ok & np.isfinite(codes)
+            out["readouts"][r]["answer_letter_auroc"] = answer_letter_auroc_interval(
+                scores[r][keep], y[keep], codes[keep], B=B, seed=seed, level=level, clusters=clusters[keep]
+            )
         if r == "library":
             continue
         both = ok & np.isfinite(scores["library"])
@@ -286,13 +284,23 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
     return out
 
 
+def _answer_letter_codes(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Per row, the model's own answer's letter as a code 0-3 (its first standalone A-D letter, App.
+    E's label rule); NaN where the answer names none."""
+    from sleight.readout.ptrue.answers import first_standalone_letter
+
+    letters = [first_standalone_letter(str(x.get("answer") or "")) for x in rows]
+    return np.asarray([np.nan if v is None else float(LETTERS.index(v)) for v in letters], dtype=np.float64)
+
+
 def _letters(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[str | None]]:
     """Per row, the item's gold letter and the printed answer's letter, where the rows say them:
-    a lettered answer reads ``"B. <choice>"``; the gold row of an item gives its gold letter."""
+    a lettered answer is a bare letter (``"B"``; ``"B. <choice>"`` is read too); the gold row of an
+    item gives its gold letter."""
     import re
 
     def letter(text: Any) -> str | None:
-        m = re.match(r"([A-D])\. ", text) if isinstance(text, str) else None
+        m = re.match(r"\s*([A-D])(?:\. |\s*\Z)", text) if isinstance(text, str) else None
         return m.group(1) if m else None
 
     gold_of = {x["item_id"]: letter(x.get("answer")) for x in rows if x.get("answer_source") == "gold"}

@@ -58,6 +58,7 @@ PTRUE_LABELS_BLOCK = "(A) True\n (B) False"
 MOVED_STEM = "The possible answer is ("  # prefilled in the assistant turn
 RAW_MOVED_STEM = " ("  # without a chat template: the answer opened right after the prompt
 LETTERS = ("A", "B")
+QUOTED_LETTERS = ("A", "B", "C", "D")  # §4, App. E: an answer letter at the P(True) position is any of A-D
 
 
 def ptrue_prompt(question: str, answer: str) -> str:
@@ -193,12 +194,12 @@ def score_pairs(
                 **context_columns(texts[c], pos.context_ids),
                 "options": list(r.options),
             }
-            cols = position_columns(model, pos, s, letters=LETTERS)
+            cols = position_columns(model, pos, s, letters=QUOTED_LETTERS)
             row.update({key: cols[key] for key in POSITION_KEYS})
             cont = conts[c]
             row["continuation"] = cont
             row["continuation_class"] = (
-                None if cont is None else classify_continuation(cont, options=r.options, letters=LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
+                None if cont is None else classify_continuation(cont, options=r.options, letters=QUOTED_LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
             )
             rows.append(row)
     return rows

@@ -43,7 +43,6 @@ correctness.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from sleight.backends.base import Generation, LanguageModel
-from sleight.readout.ptrue.answers import Sampling, sampling_probs
+from sleight.readout.ptrue.answers import Sampling
 from sleight.readout.ptrue.readouts import polygraph_logprob
 
 POLYGRAPH_VERSION = "0.7.0"
@@ -251,59 +250,45 @@ class Samples:
 def sample_answers(
     model: LanguageModel,
     prompts: Sequence[Sequence[int]],
-    keys: Sequence[str],
     n: int,
     max_new_tokens: int,
     sampling: Sampling,
 ) -> list[Samples]:
-    """``n`` sampled answers per prompt, drawn as :func:`~sleight.readout.ptrue.answers.sampled_answers`
-    draws (the engine's top-k, ``sampling_probs``), each from its own numpy stream
-    ``[seed, crc32(key), j]``; one ``read_next`` over every live sample per step.
+    """``n`` sampled answers per prompt from :meth:`LanguageModel.sample` (KV-cached, seeded per
+    prompt), recorded as ``SamplingGenerationCalculator`` records them.
 
-    The recorded log-probability is the model's own (unwarped), with the EOS ids masked in the first
-    ``min_new_tokens`` steps as the library's scores processor sees them (:func:`polygraph_logprob`).
-    A sample with no token before EOS is dropped, as the library drops it."""
-    sampling.check()
+    The log-probabilities are the model's own (unwarped), with the EOS ids masked in the first
+    ``min_new_tokens`` steps as the library's scores processor sees them (:func:`polygraph_logprob`);
+    a sample that ended by the model's choice adds its EOS token's log-probability to its sum. Both
+    need the EOS log-probs at those positions: one batched ``read_next``. A sample with no token
+    before EOS is dropped, as the library drops it."""
+    drawn = model.sample(prompts, max_new_tokens, n=n, sampling=sampling)
     eos = sorted(model.eos_ids)
-    rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
-    rngs = [np.random.default_rng([sampling.seed, zlib.crc32(keys[i].encode()), j]) for i, j in rows]
-    toks: list[list[int]] = [[] for _ in rows]
-    lls: list[list[float]] = [[] for _ in rows]
-    total = [0.0] * len(rows)
-    live = list(range(len(rows)))
-    for step in range(max_new_tokens):
-        if not live:
-            break
-        reads = model.read_next([list(prompts[rows[r][0]]) + toks[r] for r in live], [eos] * len(live), top_k=sampling.top_k + len(eos))
-        still = []
-        for r, rd in zip(live, reads):
-            ids, lps = np.asarray(rd.top_ids), np.asarray(rd.top_logprobs, dtype=np.float64)
-            masked = step < sampling.min_new_tokens
-            if masked:
-                keep = ~np.isin(ids, eos)
-                ids, lps = ids[keep], lps[keep]
-            ids, lps = ids[: sampling.top_k], lps[: sampling.top_k]
-            k = int(rngs[r].choice(ids.size, p=sampling_probs(lps, sampling)))
-            tok = int(ids[k])
-            lp = polygraph_logprob(float(lps[k]), [float(v) for v in rd.logprobs]) if masked else float(lps[k])
-            total[r] += lp
-            if tok in model.eos_ids:
-                continue
-            toks[r].append(tok)
-            lls[r].append(lp)
-            still.append(r)
-        live = still
+    # positions whose EOS log-probs are needed: the first min_new_tokens of each sample, and its end
+    want = [
+        (i, j, k)
+        for i, per in enumerate(drawn)
+        for j, smp in enumerate(per)
+        for k in sorted({*range(min(sampling.min_new_tokens, len(smp.token_ids))), *([len(smp.token_ids)] if smp.finish_reason == "stop" else [])})
+    ]
+    reads = model.read_next([list(prompts[i]) + list(drawn[i][j].token_ids[:k]) for i, j, k in want], [eos] * len(want), top_k=0) if want else []
+    eos_lp = {w: [float(v) for v in r.logprobs] for w, r in zip(want, reads)}
     out = []
-    for i in range(len(prompts)):
-        kept = [r for r, (q, _) in enumerate(rows) if q == i and toks[r]]
-        out.append(
-            Samples(
-                tuple(tuple(toks[r]) for r in kept),
-                tuple(tuple(lls[r]) for r in kept),
-                tuple(total[r] for r in kept),
-                tuple(model.decode(toks[r]) for r in kept),
-            )
-        )
+    for i, per in enumerate(drawn):
+        toks, lls, total = [], [], []
+        for j, smp in enumerate(per):
+            lp = [
+                polygraph_logprob(float(v), eos_lp[(i, j, k)]) if k < sampling.min_new_tokens else float(v)
+                for k, v in enumerate(smp.logprobs)
+            ]
+            if not smp.token_ids:
+                continue
+            end = len(smp.token_ids)
+            tail = float(np.logaddexp.reduce(eos_lp[(i, j, end)])) if smp.finish_reason == "stop" and end >= sampling.min_new_tokens else 0.0
+            toks.append(tuple(int(t) for t in smp.token_ids))
+            lls.append(tuple(lp))
+            total.append(sum(lp) + tail)
+        out.append(Samples(tuple(toks), tuple(lls), tuple(total), tuple(model.decode(t) for t in toks)))
     return out
 
 
@@ -377,7 +362,7 @@ def estimate(
     entries = [e for e in ESTIMATORS if e.needs in ("greedy", "ptrue")]
     notes = []
     if samples > 1:
-        drawn = sample_answers(model, prompts, keys, samples, max_new_tokens, sampling or Sampling())
+        drawn = sample_answers(model, prompts, samples, max_new_tokens, sampling or Sampling())
         stats.update(sample_stats(drawn))
         stats["p_true_sampling"] = ptrue_sampling_logprobs(model, questions, answer_texts, drawn, instruct=instruct)
         entries += [e for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]

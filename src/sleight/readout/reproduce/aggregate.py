@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from sleight.readout.reproduce.config import PAIR, TARGET, UNIT, Average, Checkpoint, Column, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
-from sleight.stats.downstream import leave_one_out
+from sleight.stats.downstream import answer_letter_auroc, constant_brier, leave_one_out, leave_one_out_intervals, log_median
 
 _CHUNK = 512  # replicates per statistic call (bounds the (b, n) weight matrix)
 
@@ -68,12 +68,28 @@ class TableResult:
     columns: tuple[Column, ...]
     rows: tuple[TableRow, ...]
     paper: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    paper_ci: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)
+    paper_rows: tuple[str, ...] = ()
+    section: str = ""
+    status: str = ""  # empty when reproduced; else why only the paper's cells are shown
     digits: int = 3
     level: float = 0.95
     B: int = 0
     seed: int = 0
     notes: tuple[str, ...] = ()
     leave_one_out: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def _letter_code(answer: Any) -> float:
+    """The own answer's first standalone A-D letter as 0-3 (App. E's answer letter); NaN if none."""
+    import re
+
+    m = re.search(r"(?<![^\W_])([ABCD])(?![^\W_])", answer) if isinstance(answer, str) else None
+    return float("ABCD".index(m.group(1))) if m else math.nan
+
+
+def _letter_stat(x: NDArray[np.float64], t: NDArray[np.float64], weights: NDArray[Any] | None = None, *, letters: NDArray[np.float64]) -> Any:
+    return answer_letter_auroc(x, t, letters, weights)
 
 
 def _batched(metric: str) -> Callable[..., Any]:
@@ -127,18 +143,19 @@ def _interval(estimate: float, reps: NDArray[np.float64], level: float, n: int |
 
 def _arrays(
     rows: Sequence[Mapping[str, Any]], column: Column, kind: str, units: Mapping[str, int], where: Mapping[str, Any]
-) -> tuple[list[tuple], NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]:
+) -> tuple[list[tuple], NDArray[np.float64], NDArray[np.float64], NDArray[np.intp], NDArray[np.float64]]:
     target = column.target or TARGET[kind]
     out: list[tuple] = []
     keys: list[tuple] = []
     for r in select(rows, where):
         s = _number(r.get(column.score))
         y = 0.0 if column.metric == "mean" else _number(r.get(target))
-        if math.isfinite(s) and math.isfinite(y):
-            out.append((s, y, units[str(r[UNIT[kind]])]))
+        g = _letter_code(r.get("answer")) if column.metric == "answer_letter_auroc" else 0.0
+        if math.isfinite(s) and math.isfinite(y) and math.isfinite(g):
+            out.append((s, y, units[str(r[UNIT[kind]])], g))
             keys.append(tuple(r.get(c) for c in PAIR[kind] if c not in (column.minus or {})))
-    arr = np.asarray(out, dtype=np.float64).reshape(-1, 3)
-    return keys, arr[:, 0], arr[:, 1], arr[:, 2].astype(np.intp)
+    arr = np.asarray(out, dtype=np.float64).reshape(-1, 4)
+    return keys, arr[:, 0], arr[:, 1], arr[:, 2].astype(np.intp), arr[:, 3]
 
 
 def metric_cell(
@@ -148,18 +165,22 @@ def metric_cell(
     difference against the ``minus`` rows), on the replicates ``counts`` (units x replicates shared
     with every other checkpoint)."""
     assert column.metric is not None
-    fn = _batched(column.metric)
-    keys_a, s_a, y_a, u_a = _arrays(rows, column, kind, units, column.where)
+    keys_a, s_a, y_a, u_a, g_a = _arrays(rows, column, kind, units, column.where)
     if column.minus is None:
-        s, y, u = s_a, y_a, u_a
+        s, y, u, g = s_a, y_a, u_a, g_a
         s_b = None
     else:
-        keys_b, s_bb, _y_b, _u_b = _arrays(rows, column, kind, units, {**column.where, **column.minus})
+        keys_b, s_bb, _y_b, _u_b, _g_b = _arrays(rows, column, kind, units, {**column.where, **column.minus})
         at = {k: i for i, k in enumerate(keys_b)}
         both = [(i, at[k]) for i, k in enumerate(keys_a) if k in at]
         ia = np.asarray([i for i, _ in both], dtype=np.intp)
         ib = np.asarray([j for _, j in both], dtype=np.intp)
-        s, y, u, s_b = s_a[ia], y_a[ia], u_a[ia], s_bb[ib]
+        s, y, u, g, s_b = s_a[ia], y_a[ia], u_a[ia], g_a[ia], s_bb[ib]
+    fn: Callable[..., Any]
+    if column.metric == "answer_letter_auroc":  # the letters ride along with the item (App. E)
+        fn = functools.partial(_letter_stat, letters=g)
+    else:
+        fn = _batched(column.metric)
     n = int(s.size)
     B = counts.shape[0]
     if n == 0:
@@ -185,8 +206,13 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     """A descriptive cell of one checkpoint: median / mean of a column over the selected rows (None
     and NaN left out), the share of rows whose column equals ``equals``, or the number of rows."""
     chosen = select(rows, column.where)
-    if column.stat == "count":
-        return Cell(float(len(chosen)), n=len(chosen))
+    if column.stat == "count":  # the rows, or (with a column) those whose column equals ``equals`` (Table 16)
+        hits = chosen if column.column is None else [r for r in chosen if r.get(column.column) == column.equals]
+        return Cell(float(len(hits)), n=len(chosen))
+    if column.stat in ("brier_constant", "brier_fitted"):  # Table 12: a constant forecast's Brier on these rows
+        y = [x for x in (_number(r.get(column.target or "correct")) for r in chosen) if math.isfinite(x)]
+        value = constant_brier(y, column.constant if column.stat == "brier_constant" else None)
+        return Cell(value, n=len(y))
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)
@@ -194,6 +220,12 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     nums = np.asarray([x for x in (_number(v) for v in values) if math.isfinite(x)], dtype=np.float64)
     if not nums.size:
         return Cell(math.nan, n=0)
+    if column.stat == "below":  # items under the floor (§3), a count
+        return Cell(float(np.sum(nums < column.floor)), n=int(nums.size))
+    if column.stat == "log_median":
+        return Cell(log_median(list(nums)), n=int(nums.size))
+    if column.stat == "min":
+        return Cell(float(nums.min()), n=int(nums.size))
     return Cell(float(np.median(nums) if column.stat == "median" else nums.mean()), n=int(nums.size))
 
 
@@ -228,7 +260,7 @@ def aggregate(
     names = [c.name for c in checkpoints]
     shared: dict[str, tuple[dict[str, int], NDArray[np.int64]]] = {}
     for run, spec in config.runs.items():
-        if not any(c.run == run and c.metric for c in config.columns):
+        if not config.runnable or not any(c.run == run and c.metric for c in config.columns):
             continue
         units = unit_index({k: readings[k].get(run, []) for k in names}, UNIT[spec.command])
         shared[run] = (units, shared_counts(len(units), B, seed))
@@ -236,8 +268,10 @@ def aggregate(
     for ck in checkpoints:
         cells: dict[str, Cell] = {}
         for col in config.columns:
-            data = readings[ck.name].get(col.run, [])
-            if col.metric is not None:
+            data = readings.get(ck.name, {}).get(col.run, [])
+            if not col.run or not config.runnable:
+                cells[col.key] = Cell(math.nan)
+            elif col.metric is not None:
                 units, counts = shared[col.run]
                 cells[col.key] = metric_cell(data, col, config.kind(col.run), units, counts, config.level)
             else:
@@ -250,15 +284,31 @@ def aggregate(
         if not members:
             continue
         cells = {col.key: average_cell([by_name[m].cells[col.key] for m in members], config.level) for col in config.columns}
-        label = avg.name if len(members) > 1 else f"{avg.name} (1 checkpoint)"
-        rows.append(TableRow(avg.name, label, "average", members, cells))
-        if len(members) >= 2:  # how much one checkpoint moves the average (leave-one-checkpoint-out)
+        own = tuple(avg.select(config.checkpoints)) if config.checkpoints else members
+        # an average over other checkpoints than the paper's is another row than the paper's (no difference)
+        name = avg.name if members == own else f"{avg.name} of {', '.join(members)}"
+        label = name if len(members) > 1 else f"{name} (1 checkpoint)"
+        rows.append(TableRow(name, label, "average", members, cells))
+        if len(members) >= 2:  # how much one checkpoint moves the average (leave-one-checkpoint-out, App. E)
             loo[avg.name] = {}
             for col in config.columns:
-                vals = {m: by_name[m].cells[col.key].estimate for m in members}
+                mcells = {m: by_name[m].cells[col.key] for m in members}
+                vals = {m: c.estimate for m, c in mcells.items()}
                 if all(math.isfinite(v) for v in vals.values()):
                     loo[avg.name][col.key] = leave_one_out(vals)
+                    reps = {m: c.replicates for m, c in mcells.items()}
+                    if all(r is not None for r in reps.values()):
+                        loo[avg.name][col.key]["intervals"] = leave_one_out_intervals(reps, vals, config.level)
+    # the paper's rows that are not measured here (other checkpoints given, or rows only the paper
+    # prints): the published cells, beside the reproduced ones
+    labels = {c.name: c.shown for c in config.checkpoints}
+    order = [c.name for c in config.checkpoints] + [a.name for a in config.averages] + list(config.paper_rows)
+    for extra in order:
+        if extra not in {r.name for r in rows} and (extra in config.paper or extra in config.paper_rows):
+            rows.append(TableRow(extra, f"{labels.get(extra, extra)} (paper)", "paper", (), {col.key: Cell(math.nan) for col in config.columns}))
+    status = config.unreproducible or config.pending
     return TableResult(
-        name=config.name, title=config.title, columns=config.columns, rows=tuple(rows), paper=config.paper,
+        name=config.name, title=config.title, columns=config.columns, rows=tuple(rows), paper=config.paper, paper_ci=config.paper_ci,
+        paper_rows=config.paper_rows, section=config.section, status=status,
         digits=config.digits, level=config.level, B=B, seed=seed, notes=tuple(notes), leave_one_out=loo,
     )

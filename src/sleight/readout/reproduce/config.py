@@ -20,13 +20,17 @@ from sleight.errors import UserError
 from sleight.readout.data.fixtures import fixtures_dir
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
-COMMANDS = ("forecast", "ptrue", "audit")
-METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean")  # bootstrapped on shared replicates
-STATS = ("median", "mean", "share", "count")  # descriptive, no interval
+COMMANDS = ("forecast", "ptrue", "audit", "forecast-readouts")  # forecast-readouts: App. H's readouts (a)-(h), Table 13
+METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc")  # bootstrapped on shared replicates
+# descriptive, no interval: ``min``/``below`` (items under ``floor``, §3's 0.5) for Table 3's columns,
+# ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12)
+STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted")
+TARGET_STATS = ("brier_constant", "brier_fitted")
 SOURCES = ("auto", "paper", "fixture")
 # Which data families serve which command (the data layer's views: forecast, qa, ptrue/grade/mcq).
 FAMILIES_FOR = {
     "forecast": ("race-h",),
+    "forecast-readouts": ("race-h",),
     "ptrue": ("race-h", "mmlu", "triviaqa"),
     "audit:forecast": ("race-h",),
     "audit:ptrue": ("race-h", "mmlu", "triviaqa"),
@@ -35,9 +39,10 @@ FAMILIES_FOR = {
 }
 # The default target column of a bootstrapped metric, the unit the bootstrap resamples (items that
 # share one are resampled together) and the columns that pair two selections of the same rows.
-TARGET = {"forecast": "correct", "ptrue": "label", "audit": "target"}
-UNIT = {"forecast": "cluster", "ptrue": "item_id", "audit": "item_id"}
-PAIR = {"forecast": ("item_id",), "ptrue": ("setting", "item_id", "answer_source"), "audit": ("item_id",)}
+TARGET = {"forecast": "correct", "forecast-readouts": "correct", "ptrue": "label", "audit": "target"}
+UNIT = {"forecast": "cluster", "forecast-readouts": "cluster", "ptrue": "item_id", "audit": "item_id"}
+PAIR = {"forecast": ("item_id",), "forecast-readouts": ("item_id",), "ptrue": ("setting", "item_id", "answer_source"), "audit": ("item_id",)}
+READOUT_ROW = ("item_id", "cluster", "readout", "score", "correct")  # a forecast-readouts row: one readout of one passage
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,9 @@ class Checkpoint:
     label: str = ""
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     group: str | None = None
+    revision: str | None = None  # App. A.2's pinned snapshot (abbreviated as printed)
+    params_b: float | None = None  # parameters in billions: the plan's memory and time
+    generation_config: Mapping[str, Any] = field(default_factory=dict)  # the sampling settings its generation_config sets
 
     @property
     def shown(self) -> str:
@@ -65,6 +73,8 @@ class RunSpec:
     paper_data: str
     fixture_data: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+    sampling_from: str | None = None  # generation_config: own answers sampled at each checkpoint's settings (App. E)
+    items: int | None = None  # the paper's sample size (for the plan; the data spec draws it)
 
     def fixture_spec(self) -> str:
         return self.fixture_data.replace("{fixtures}", str(fixtures_dir()))
@@ -86,6 +96,9 @@ class Column:
     column: str | None = None
     equals: Any = None
     minus: Mapping[str, Any] | None = None
+    integer: bool = False  # a count (printed without decimals)
+    constant: float = 0.5  # brier_constant's forecast
+    floor: float = 0.5  # below's threshold (§3: the diagnostic floor)
 
 
 @dataclass(frozen=True)
@@ -121,17 +134,27 @@ class TableConfig:
     digits: int = 3
     notes: tuple[str, ...] = ()
     inferred: str = ""
+    section: str = ""
+    pending: str = ""  # why reproduce cannot run it yet (one line); the table shows the paper's cells
+    unreproducible: str = ""  # why it cannot be reproduced here at all (docs/readout.md says so too)
+    paper_rows: tuple[str, ...] = ()  # rows the paper prints that are not checkpoints or averages here
+    paper_ci: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)  # printed intervals
+
+    @property
+    def runnable(self) -> bool:
+        return not (self.pending or self.unreproducible)
 
     def kind(self, run: str) -> str:
         return self.runs[run].command
 
 
 def shipped_tables() -> list[str]:
-    """The names of the shipped tables, in order (``table2``, ``table3``, ..., ``appendix-g``...)."""
+    """The names of the shipped items, in the paper's order (``figure1``, ``table2`` ... ``table16``, then
+    the appendix experiments)."""
 
     def order(p: Path) -> tuple[int, int, str]:
-        m = re.fullmatch(r"table(\d+)", p.stem)
-        return (0, int(m.group(1)), "") if m else (1, 0, p.stem)
+        m = re.fullmatch(r"(figure|table)(\d+)", p.stem)
+        return (0 if m.group(1) == "figure" else 1, int(m.group(2)), "") if m else (2, 0, p.stem)
 
     return [p.stem for p in sorted(TABLES_DIR.glob("*.yaml"), key=order)]
 
@@ -187,10 +210,10 @@ class _Reader:
 def _command_fields(command: str) -> tuple[str, ...]:
     """The settings a run of ``command`` may carry (its library config's fields)."""
     if command == "audit":
-        return ("preset", "variants", "stem", "max_new_tokens", "note", "instruct", "options")
+        return ("preset", "variants", "stem", "max_new_tokens", "note", "instruct", "options", "condition")  # condition: App. I's (C0: Table 3)
     from sleight.readout.downstream_run import ForecastConfig, PTrueConfig
 
-    cls = ForecastConfig if command == "forecast" else PTrueConfig
+    cls = ForecastConfig if command in ("forecast", "forecast-readouts") else PTrueConfig
     base = {"model", "engine", "dtype", "items", "data", "limit", "B", "seed", "chunk"}
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in base)
 
@@ -200,6 +223,8 @@ def _known_columns(command: str) -> tuple[str, ...]:
         from sleight.readout.audit.measure import SCHEMA as AUDIT_SCHEMA
 
         return tuple(AUDIT_SCHEMA.names)
+    if command == "forecast-readouts":
+        return READOUT_ROW
     from sleight.readout.downstream_run import FORECAST_SCHEMA, PTRUE_SCHEMA
 
     return tuple((FORECAST_SCHEMA if command == "forecast" else PTRUE_SCHEMA).names)
@@ -210,6 +235,10 @@ def _known_values(command: str) -> dict[str, tuple[str, ...]]:
         from sleight.readout.forecast.pipeline import POSITIONS
 
         return {"position": tuple(POSITIONS)}
+    if command == "forecast-readouts":
+        from sleight.readout.forecast.readouts import READOUTS
+
+        return {"readout": tuple(READOUTS)}
     if command == "ptrue":
         from sleight.readout.ptrue.pipeline import SETTINGS
         from sleight.readout.ptrue.readouts import READOUT_NAMES
@@ -239,7 +268,7 @@ def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping
 def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
     where = f"runs.{name}"
     obj = r.mapping(raw, where)
-    r.unknown(obj, ("command", "data", "settings"), where)
+    r.unknown(obj, ("command", "data", "settings", "sampling_from", "items"), where)
     command = r.text(obj, "command", where)
     if command not in COMMANDS:
         raise r.fail(f"{where}.command", f"'{command}' is not one of {', '.join(COMMANDS)}")
@@ -256,18 +285,31 @@ def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
         preset = settings.get("preset")
         if preset is not None and preset not in PRESETS:
             raise r.fail(f"{where}.settings.preset", f"'{preset}' is not a preset ({', '.join(PRESETS)})")
+        if settings.get("condition") is not None:
+            from sleight.readout.audit.conditions import CONDITIONS
+
+            if settings["condition"] not in CONDITIONS or preset != "forecast":
+                raise r.fail(f"{where}.settings.condition", f"expected one of {', '.join(CONDITIONS)} with preset forecast")
     paper = r.text(data, "paper", f"{where}.data")
     fixture = r.text(data, "fixture", f"{where}.data")
     _check_spec(r, paper, f"{where}.data.paper", command, settings, fixture=False)
     _check_spec(r, fixture, f"{where}.data.fixture", command, settings, fixture=True)
-    return RunSpec(name, command, paper, fixture, dict(settings))
+    sampling_from = obj.get("sampling_from")
+    if sampling_from is not None and (command != "ptrue" or sampling_from != "generation_config"):
+        raise r.fail(f"{where}.sampling_from", "only a ptrue run samples from each checkpoint's generation_config")
+    items = obj.get("items")
+    if items is not None and (not isinstance(items, int) or items < 1):
+        raise r.fail(f"{where}.items", f"expected a positive integer, got {items!r}")
+    return RunSpec(name, command, paper, fixture, dict(settings), sampling_from, items)
 
 
-def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec]) -> Column:
+def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable: bool = True) -> Column:
     where = f"columns[{k}]"
     obj = r.mapping(raw, where)
     r.unknown(obj, [f.name for f in dataclasses.fields(Column)], where)
     key = r.text(obj, "key", where)
+    if obj.get("run") is None and obj.get("metric") is None and obj.get("stat") is None:  # the paper's cells only (not measured here)
+        return Column(key=key, label=str(obj.get("label") or key), run="", integer=bool(obj.get("integer")))
     run = r.text(obj, "run", where)
     if run not in runs:
         raise r.fail(f"{where}.run", f"'{run}' is not one of the runs ({', '.join(runs)})")
@@ -279,8 +321,10 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec]) -> Column
         raise r.fail(f"{where}.metric", f"'{metric}' is not one of {', '.join(METRICS)}")
     if stat is not None and stat not in STATS:
         raise r.fail(f"{where}.stat", f"'{stat}' is not one of {', '.join(STATS)}")
-    if stat is not None and stat != "count" and not obj.get("column"):
+    if stat is not None and stat not in ("count", *TARGET_STATS) and not obj.get("column"):
         raise r.fail(where, f"stat {stat} needs a column")
+    if stat == "count" and obj.get("column") and "equals" not in obj:
+        raise r.fail(where, "stat count with a column needs equals (the value whose rows are counted)")
     if stat == "share" and "equals" not in obj:
         raise r.fail(where, "stat share needs equals (the value whose share is counted)")
     if obj.get("minus") is not None and metric is None:
@@ -303,13 +347,14 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec]) -> Column
         key=key, label=str(label), run=run, where=dict(obj.get("where") or {}), metric=metric, stat=stat,
         score=str(obj.get("score") or "score"), target=obj.get("target"), column=obj.get("column"), equals=obj.get("equals"),
         minus=dict(obj["minus"]) if obj.get("minus") is not None else None,
+        constant=float(obj.get("constant", 0.5)), floor=float(obj.get("floor", 0.5)), integer=bool(obj.get("integer")) or stat in ("count", "below"),
     )
 
 
 def _checkpoint(r: _Reader, k: int, raw: Any) -> Checkpoint:
     where = f"checkpoints[{k}]"
     obj = r.mapping(raw, where)
-    r.unknown(obj, ("name", "model", "label", "thinking", "chat_template_kwargs", "group"), where)
+    r.unknown(obj, ("name", "model", "label", "thinking", "chat_template_kwargs", "group", "revision", "params_b", "generation_config"), where)
     kwargs = dict(r.mapping(obj.get("chat_template_kwargs"), f"{where}.chat_template_kwargs"))
     thinking = obj.get("thinking")
     if thinking is not None:
@@ -319,7 +364,18 @@ def _checkpoint(r: _Reader, k: int, raw: Any) -> Checkpoint:
     name = r.text(obj, "name", where)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise r.fail(f"{where}.name", f"'{name}' must be a folder name (letters, digits, . _ -)")
-    return Checkpoint(name, r.text(obj, "model", where), str(obj.get("label") or ""), kwargs, obj.get("group"))
+    params = obj.get("params_b")
+    if params is not None and (not isinstance(params, (int, float)) or params <= 0):
+        raise r.fail(f"{where}.params_b", f"expected a positive number, got {params!r}")
+    gen = dict(r.mapping(obj.get("generation_config"), f"{where}.generation_config"))
+    extra = sorted(set(gen) - {"temperature", "top_k", "top_p"})
+    if extra:
+        raise r.fail(f"{where}.generation_config", f"unknown key(s) {', '.join(extra)} (known: temperature, top_k, top_p)")
+    rev = obj.get("revision")
+    return Checkpoint(
+        name, r.text(obj, "model", where), str(obj.get("label") or ""), kwargs, obj.get("group"),
+        None if rev is None else str(rev), None if params is None else float(params), gen,
+    )
 
 
 def load_table(name: str | Path) -> TableConfig:
@@ -334,17 +390,23 @@ def load_table(name: str | Path) -> TableConfig:
         mark = getattr(exc, "problem_mark", None)
         raise UserError(f"{path.name}: not valid YAML{f' (line {mark.line + 1})' if mark else ''}") from None
     obj = r.mapping(raw, "(top level)")
-    known = ("table", "title", "inferred", "checkpoints", "runs", "columns", "averages", "paper", "limit", "bootstrap", "digits", "notes")
+    known = (
+        "table", "title", "section", "inferred", "pending", "unreproducible", "checkpoints", "runs", "columns", "averages", "paper", "paper_rows",
+        "limit", "bootstrap", "digits", "notes",
+    )
     r.unknown(obj, known, "(top level)")
+    section = r.text(obj, "section", "(top level)")
+    pending, unrepro = str(obj.get("pending") or ""), str(obj.get("unreproducible") or "")
+    runnable = not (pending or unrepro)
     checkpoints = tuple(_checkpoint(r, k, c) for k, c in enumerate(r.items(obj.get("checkpoints"), "checkpoints")))
     names = [c.name for c in checkpoints]
     if len(set(names)) != len(names):
         raise r.fail("checkpoints", "checkpoint names must be unique")
     runs_raw = r.mapping(obj.get("runs"), "runs")
-    if not runs_raw:
-        raise r.fail("runs", "expected at least one run")
+    if not runs_raw and runnable:
+        raise r.fail("runs", "expected at least one run (or pending: / unreproducible: saying why there is none)")
     runs = {n: _run(r, n, v) for n, v in runs_raw.items()}
-    columns = tuple(_column(r, k, c, runs) for k, c in enumerate(r.items(obj.get("columns"), "columns")))
+    columns = tuple(_column(r, k, c, runs, runnable) for k, c in enumerate(r.items(obj.get("columns"), "columns")))
     if len({c.key for c in columns}) != len(columns):
         raise r.fail("columns", "column keys must be unique")
     averages = []
@@ -361,17 +423,24 @@ def load_table(name: str | Path) -> TableConfig:
             raise r.fail(f"averages[{k}].members", "expected all, group:NAME or a list of checkpoint names")
         averages.append(Average(r.text(a, "name", f"averages[{k}]"), members))
     paper_raw = r.mapping(obj.get("paper"), "paper")
-    rows = set(names) | {a.name for a in averages}
+    paper_rows = tuple(str(x) for x in obj.get("paper_rows") or ())
+    rows = set(names) | {a.name for a in averages} | set(paper_rows)
     keys = {c.key for c in columns}
     paper: dict[str, dict[str, float]] = {}
+    paper_ci: dict[str, dict[str, tuple[float, float]]] = {}
     for row, vals in paper_raw.items():
         if row not in rows:
-            raise r.fail(f"paper.{row}", "not a row of this table (a checkpoint name or an average's name)")
+            raise r.fail(f"paper.{row}", "not a row of this table (a checkpoint name, an average's name or one of paper_rows)")
         for key, v in r.mapping(vals, f"paper.{row}").items():
             if key not in keys:
                 raise r.fail(f"paper.{row}.{key}", "not a column key of this table")
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise r.fail(f"paper.{row}.{key}", f"expected a number, got {v!r}")
+            if v is None:
+                continue  # printed as "—" / "n/a" in the paper
+            if isinstance(v, list) and len(v) == 3 and all(_is_number(x) for x in v):
+                paper_ci.setdefault(row, {})[key] = (float(v[1]), float(v[2]))
+                v = v[0]
+            if not _is_number(v):
+                raise r.fail(f"paper.{row}.{key}", f"expected a number or [estimate, low, high], got {v!r}")
             paper.setdefault(row, {})[key] = float(v)
     boot = r.mapping(obj.get("bootstrap"), "bootstrap")
     r.unknown(boot, ("B", "seed", "level"), "bootstrap")
@@ -387,4 +456,9 @@ def load_table(name: str | Path) -> TableConfig:
         name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
         runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=int(seed), level=level,
         digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
+        section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci,
     )
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -148,10 +148,22 @@ def resolve_data(spec: RunSpec, source: str, overrides: Mapping[str, str]) -> tu
     return spec.fixture_spec(), f"shipped fixture (the paper's {spec.paper_data} cannot be read: {why})"
 
 
+def run_settings(spec: RunSpec, ck: Checkpoint) -> dict[str, Any]:
+    """A run's command settings for one checkpoint: the config's, and where the run samples at each
+    checkpoint's own generation settings (App. E), the sampling settings its ``generation_config``
+    sets over the library's defaults."""
+    out = dict(spec.settings)
+    if spec.sampling_from == "generation_config":
+        from sleight.readout.ptrue.answers import generation_sampling
+
+        out.update(decode="sampled", **generation_sampling(ck.generation_config))
+    return out
+
+
 def _identity(ck: Checkpoint, spec: RunSpec, data: str, limit: int | None, settings: ModelSettings) -> dict[str, Any]:
     return {
         "model": ck.model, "chat_template_kwargs": settings.template_kwargs(ck), "engine": settings.engine,
-        "dtype": settings.weights_dtype, "command": spec.command, "data": data, "limit": limit, "settings": dict(spec.settings),
+        "dtype": settings.weights_dtype, "command": spec.command, "data": data, "limit": limit, "settings": run_settings(spec, ck),
     }
 
 
@@ -188,11 +200,13 @@ def run_one(
     """One readout run of one checkpoint into ``run_dir`` (resumed or finished as the command would);
     its readings."""
     settings = models.settings
+    if spec.command == "forecast-readouts":
+        return forecast_readout_rows(ck, spec, run_dir, data, limit, models, B=B, seed=seed, progress=progress)
     if spec.command in ("forecast", "ptrue"):
         from sleight.readout.downstream_run import ForecastConfig, PTrueConfig, run_downstream
 
         cls: type[ForecastConfig] | type[PTrueConfig] = ForecastConfig if spec.command == "forecast" else PTrueConfig
-        downstream = cls(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **spec.settings)
+        downstream = cls(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **run_settings(spec, ck))
         return run_downstream(downstream, run_dir, load_model=lambda: models.get(ck), progress=progress).rows
     import pyarrow.parquet as pq
 
@@ -201,9 +215,16 @@ def run_one(
 
     s = dict(spec.settings)
     variants = s.pop("variants", "all")
+    condition = s.pop("condition", None)
     items, config, _name = load_audit(
         data=data, limit=limit, variants=",".join(variants) if isinstance(variants, list) else str(variants), rows_per_pass=settings.batch_size, **s
     )
+    if condition is not None:  # Table 3 / App. I: the condition's items (C0: the fixed note) over the same records
+        from sleight.readout.audit.conditions import condition_items
+        from sleight.readout.data import load_data
+
+        records = load_data(data).view("forecast", limit)
+        items = condition_items(str(condition), records, n=len(records))
     config.n_items = len(items)
     manifest = RunDir(run_dir, "audit").read_manifest() or {}
     same = rundir.identity(manifest.get("config") or {}, IDENTITY_KEYS) == rundir.identity(run_config(items, config), IDENTITY_KEYS)
@@ -212,6 +233,39 @@ def run_one(
     else:
         run_audit(models.get(ck), items, run_dir, config, show_progress=progress)
     return pq.read_table(run_dir / READINGS).to_pylist()
+
+
+READOUTS_JSON = "forecast_readouts.json"
+
+
+def forecast_readout_rows(
+    ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool
+) -> list[dict[str, Any]]:
+    """App. H's readouts (a)-(h) of one checkpoint (Table 13): the forecast run (resumed as the
+    command's), then the extra readouts on its notes -- T1 and its stem "Estimate: " (App. I), the
+    deleted instruction, the short stems, the generated number -- kept in ``forecast_readouts.json``
+    beside it; one row per (passage, readout)."""
+    from sleight.readout.data import race_items
+    from sleight.readout.downstream_run import ForecastConfig, run_downstream
+    from sleight.readout.forecast.readouts import READOUTS, T1_STEM, T1_TEMPLATE, extra_readouts
+
+    settings = models.settings
+    downstream = ForecastConfig(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **run_settings(spec, ck))
+    rows = run_downstream(downstream, run_dir, load_model=lambda: models.get(ck), progress=progress).rows
+    path = run_dir / READOUTS_JSON
+    key = {"data": data, "limit": limit, "template": T1_TEMPLATE, "stem": T1_STEM, "n_rows": len(rows)}
+    cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if cached and cached.get("key") == key:
+        records = cached["records"]
+    else:
+        _ds, items = race_items(data, limit)
+        records = extra_readouts(models.get(ck), items, rows, template=T1_TEMPLATE, stem=T1_STEM)
+        rundir.write_json(path, {"key": key, "records": records})
+    return [
+        {"item_id": r["item_id"], "cluster": r["cluster"], "readout": k, "score": r.get(k), "correct": r.get("correct")}
+        for r in records
+        for k in READOUTS
+    ]
 
 
 @dataclass
@@ -275,6 +329,11 @@ def reproduce(
     table_dir = root / config.name
     readings: dict[str, dict[str, list[dict[str, Any]]]] = {}
     done: list[dict[str, Any]] = []
+    if not config.runnable:  # one line, and the table with the paper's cells only
+        why = config.unreproducible or config.pending
+        say(f"{config.name}: {'cannot be reproduced here' if config.unreproducible else 'not runnable yet'}: {why}")
+        result = aggregate(config, checkpoints, {}, B=B_, seed=seed_, notes=[*notes, f"Not reproduced: {why}"])
+        return ReproduceResult(result, table_dir, write_table(result, table_dir), [])
     try:
         for ck in checkpoints:
             ck_dir = table_dir / ck.name
@@ -315,7 +374,10 @@ def write_table(result: TableResult, out: Path, *, runs: Sequence[Mapping[str, A
             {"name": r.name, "label": r.label, "kind": r.kind, "members": list(r.members), "cells": {k: c.as_dict() for k, c in r.cells.items()}}
             for r in result.rows
         ],
+        "section": result.section,
+        "status": result.status,
         "paper": result.paper,
+        "paper_intervals": {r: {k: list(v) for k, v in cells.items()} for r, cells in result.paper_ci.items()},
         "leave_one_out": result.leave_one_out,
         "notes": list(result.notes),
         "runs": list(runs),

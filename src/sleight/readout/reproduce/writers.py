@@ -1,10 +1,11 @@
 """A :class:`~sleight.readout.reproduce.aggregate.TableResult` as Markdown, CSV and LaTeX (pure).
 
-The layout is the paper's: one row per checkpoint, then the averages; per measured column the value
-with its percentile interval (``0.612 [0.553, 0.671]``) and, beside it, the paper's number where the
-config gives one ("—" where it does not). A value that is undefined (an AUROC with one class) is "—"
-too. The CSV holds every number at full precision with the interval, the row count and the paper's
-value in columns of their own.
+The layout is the paper's rows (one per checkpoint, then the averages, then any row the paper prints
+that is not measured here) with, per column, three cells side by side: the reproduced value with its
+percentile interval (``0.612 [0.553, 0.671]``), the published value (with its printed interval where
+the paper prints one), and the difference reproduced − published. Every value is formatted by
+:func:`sleight.render.fmt` (the one renderer: a missing value is "—"); the Markdown table is
+:func:`sleight.render.md_table`. The CSV holds every number at full precision in columns of its own.
 """
 
 from __future__ import annotations
@@ -12,65 +13,94 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from sleight.readout.reproduce.aggregate import Cell, TableResult
+from sleight.render import MISSING, fmt, md_table
 
-DASH = "—"
-PAPER = "paper"
+DASH = MISSING
+REPRODUCED, PUBLISHED, DIFFERENCE = "reproduced", "published", "difference"
 
 
-def _num(x: float | None, digits: int) -> str:
-    return DASH if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 def cell_text(cell: Cell, digits: int, *, count: bool = False) -> str:
     """``0.612 [0.553, 0.671]``; no interval for a descriptive cell; "—" when undefined."""
-    if not math.isfinite(cell.estimate):
+    if not _finite(cell.estimate):
         return DASH
     if count:
         return str(int(cell.estimate))
-    text = _num(cell.estimate, digits)
-    if math.isfinite(cell.low) and math.isfinite(cell.high):
-        text += f" [{_num(cell.low, digits)}, {_num(cell.high, digits)}]"
+    text = number_text(cell.estimate, digits)
+    if _finite(cell.low) and _finite(cell.high):
+        text += f" [{number_text(cell.low, digits)}, {number_text(cell.high, digits)}]"
     return text
 
 
-def _paper(paper: Mapping[str, Mapping[str, float]], row: str, key: str, digits: int) -> str:
-    v = paper.get(row, {}).get(key)
-    return DASH if v is None else _num(v, digits)
+def number_text(x: float | None, digits: int, *, signed: bool = False) -> str:
+    """A number as the paper prints it: ``digits`` decimals, or scientific notation below 1e-3."""
+    if not _finite(x):
+        return DASH
+    assert x is not None
+    if x != 0 and abs(x) < 1e-3:
+        return f"{x:+.2e}" if signed else f"{x:.2e}"
+    return fmt(float(x), "Δ" if signed else "", digits)
+
+
+def published(table: TableResult, row: str, key: str) -> float | None:
+    return table.paper.get(row, {}).get(key)
+
+
+def published_text(table: TableResult, row: str, key: str, *, count: bool = False) -> str:
+    v = published(table, row, key)
+    if v is None:
+        return DASH
+    if count:
+        return str(int(v))
+    text = number_text(v, table.digits)
+    ci = table.paper_ci.get(row, {}).get(key)
+    if ci is not None:
+        text += f" [{number_text(ci[0], table.digits)}, {number_text(ci[1], table.digits)}]"
+    return text
+
+
+def difference(cell: Cell, paper: float | None) -> float | None:
+    """Reproduced − published, where both exist."""
+    return cell.estimate - paper if paper is not None and _finite(cell.estimate) else None
 
 
 def _grid(table: TableResult) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """The header and, per row, (kind, cells) as display text."""
-    header = ["Checkpoint"]
+    header = ["Row"]
     for col in table.columns:
-        header += [col.label, PAPER]
+        header += [f"{col.label} ({REPRODUCED})", PUBLISHED, DIFFERENCE]
     body = []
     for row in table.rows:
         cells = [row.label]
         for col in table.columns:
-            cells += [cell_text(row.cells[col.key], table.digits, count=col.stat == "count"), _paper(table.paper, row.name, col.key, table.digits)]
+            c = row.cells[col.key]
+            count = col.integer
+            d = difference(c, published(table, row.name, col.key))
+            cells += [cell_text(c, table.digits, count=count), published_text(table, row.name, col.key, count=count), number_text(d, table.digits, signed=True)]
         body.append((row.kind, cells))
     return header, body
 
 
 def _caption(table: TableResult) -> str:
-    return (
-        f"Intervals: {round(table.level * 100)}% percentile bootstrap, {table.B} replicates (seed {table.seed}) shared by every "
-        "checkpoint of a run; averages are means over checkpoints on the same replicates. paper: the paper's value where known."
+    text = (
+        f"{table.section}. Intervals: {round(table.level * 100)}% percentile bootstrap, {table.B} replicates (seed {table.seed}) shared by every "
+        "checkpoint of a run; averages are means over checkpoints on the same replicates. published: the paper's printed value; "
+        "difference: reproduced − published."
     )
+    if table.status:
+        text += f" Not reproduced: {table.status}"
+    return text
 
 
 def to_markdown(table: TableResult) -> str:
     header, body = _grid(table)
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    out = [f"# {table.title}", "", line(header), "|" + "|".join("---" for _ in header) + "|"]
-    out += [line(cells) for _kind, cells in body]
-    out += ["", _caption(table)]
+    out = [f"# {table.title}", "", *md_table(header, [cells for _kind, cells in body]), "", _caption(table)]
     out += [f"- {n}" for n in table.notes]
     return "\n".join(out) + "\n"
 
@@ -80,17 +110,18 @@ def to_csv(table: TableResult) -> str:
     w = csv.writer(buf, lineterminator="\n")
     header = ["row", "label", "kind", "members"]
     for col in table.columns:
-        header += [col.key, f"{col.key}_low", f"{col.key}_high", f"{col.key}_n", f"{col.key}_paper"]
+        header += [col.key, f"{col.key}_low", f"{col.key}_high", f"{col.key}_n", f"{col.key}_published", f"{col.key}_difference"]
     w.writerow(header)
 
     def num(x: float | None) -> str:
-        return "" if x is None or not math.isfinite(x) else repr(float(x))
+        return repr(float(x)) if x is not None and math.isfinite(x) else ""
 
     for row in table.rows:
         rec = [row.name, row.label, row.kind, ";".join(row.members)]
         for col in table.columns:
             c = row.cells[col.key]
-            rec += [num(c.estimate), num(c.low), num(c.high), "" if c.n is None else str(c.n), num(table.paper.get(row.name, {}).get(col.key))]
+            p = published(table, row.name, col.key)
+            rec += [num(c.estimate), num(c.low), num(c.high), "" if c.n is None else str(c.n), num(p), num(difference(c, p))]
         w.writerow(rec)
     return buf.getvalue()
 
@@ -109,7 +140,7 @@ def to_latex(table: TableResult) -> str:
         r"\centering",
         rf"\caption{{{tex_escape(table.title)}. {tex_escape(_caption(table))}}}",
         rf"\label{{tab:{tex_escape(table.name)}}}",
-        r"\begin{tabular}{l" + "rr" * len(table.columns) + "}",
+        r"\begin{tabular}{l" + "rrr" * len(table.columns) + "}",
         r"\toprule",
         " & ".join(tex_escape(h) for h in header) + r" \\",
         r"\midrule",
@@ -124,4 +155,4 @@ def to_latex(table: TableResult) -> str:
     return "\n".join(out) + "\n"
 
 
-WRITERS = {"table.md": to_markdown, "table.csv": to_csv, "table.tex": to_latex}
+WRITERS: dict[str, Callable[[TableResult], str]] = {"table.md": to_markdown, "table.csv": to_csv, "table.tex": to_latex}

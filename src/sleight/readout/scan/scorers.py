@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.audit.items import AuditItem, load_jsonl_records
+from sleight.readout.audit.items import AuditItem
+from sleight.readout.items import load_jsonl_records
 
 RENDERINGS = ("completion", "chat", "chatml")
 PARSERS = ("first_token", "full_sequence", "text")

@@ -1,0 +1,79 @@
+"""The note writer of Appendix H: each checkpoint writes its own note about a passage, with retries.
+
+App. H prints the writer's one user turn (the passage without its question, then the note request);
+generation is greedy with a cap of 256 new tokens; a note is kept when it ends at an end-of-sequence
+token, has 1 to 32 words and holds no thinking token. An over-budget or unfinished attempt is retried
+up to four times; retry r (from 1) asks for at most floor(32 / (r + 1)) words in one compact phrase.
+
+``inferred:`` the paper's text loses the writer prompt's line breaks (its boxes mark typeset breaks
+only), so the two parts are joined by one blank line here; the retry's wording ("in one compact
+phrase" after the smaller budget) is read from App. H's sentence, not printed; a passage whose five
+attempts all fail keeps no note (``Note.ok`` False) -- the paper does not say what it did there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sleight.backends import LanguageModel
+
+NOTE_WORDS = 32  # App. H: at most 32 words
+NOTE_MAX_NEW_TOKENS = 256  # App. H: greedy, a cap of 256 new tokens
+NOTE_RETRIES = 4  # App. H: retried up to four times
+WRITER_PROMPT = (
+    "Source text: {context}\n\n"
+    "A future reader will answer a question about this text using ONLY your note. You do not get to "
+    "see the question. Budget: at most {budget} words.{compact} Write only the note and then stop."
+)
+COMPACT = " Use one compact phrase."  # inferred: the retry's "in one compact phrase" (App. H)
+THINKING = re.compile(r"</?think>")
+
+
+def retry_budget(retry: int, words: int = NOTE_WORDS) -> int:
+    """App. H: the word budget retry ``retry`` (counted from 1; 0 is the first attempt) asks for."""
+    return words if retry == 0 else words // (retry + 1)
+
+
+def writer_prompt(passage: str, retry: int = 0) -> str:
+    """App. H: the writer's user turn for attempt ``retry`` (0 = first, budget 32)."""
+    return WRITER_PROMPT.format(context=passage, budget=retry_budget(retry), compact=COMPACT if retry else "")
+
+
+def note_ok(text: str, finish_reason: str, words: int = NOTE_WORDS) -> bool:
+    """App. H: a kept note ends at end-of-sequence, has 1 to ``words`` words and no thinking token."""
+    n = len(text.split())
+    return finish_reason == "stop" and 1 <= n <= words and not THINKING.search(text)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One passage's note: the kept text (``""`` when none), how many attempts it took, and whether
+    one was kept."""
+
+    text: str
+    attempts: int
+    ok: bool
+
+
+def write_notes(
+    model: LanguageModel, passages: Sequence[str], *, max_new_tokens: int = NOTE_MAX_NEW_TOKENS, retries: int = NOTE_RETRIES
+) -> list[Note]:
+    """App. H: each passage's note, greedy, batched per attempt over the passages still without one."""
+    notes: list[Note | None] = [None] * len(passages)
+    todo = list(range(len(passages)))
+    for retry in range(retries + 1):
+        if not todo:
+            break
+        prompts = [model.render_chat([{"role": "user", "content": writer_prompt(passages[i], retry)}]).ids for i in todo]
+        outs = model.generate_until(prompts, max_new_tokens)
+        left = []
+        for i, out in zip(todo, outs):
+            text = model.decode(out.token_ids).strip()
+            if note_ok(text, out.finish_reason):
+                notes[i] = Note(text, retry + 1, True)
+            else:
+                left.append(i)
+        todo = left
+    return [n if n is not None else Note("", retries + 1, False) for n in notes]
