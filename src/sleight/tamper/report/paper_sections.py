@@ -97,10 +97,6 @@ def signed1(x: float) -> str:
     return f"{x:+.1f}"
 
 
-def rho(x: float) -> str:
-    return f"{x:+.2f}"
-
-
 def _scaled(e: Estimate, scale: float) -> float:
     return math.nan if e.missing else scale * e.value
 
@@ -249,7 +245,7 @@ def claims_sections(t: PaperTables) -> list[Section]:
         f"Every model's judged trials together (the paper: below 0.1%); {level} interval, questions resampled.",
     )  # fmt: skip
     size_rows = [
-        {"Column": s.column, "Spearman ρ": s.rho, f"{level} interval": DASH if math.isnan(s.low) else f"[{rho(s.low)}, {rho(s.high)}]",
+        {"Column": s.column, "Spearman ρ": s.rho, f"{level} interval": DASH if math.isnan(s.low) else f"[{signed2(s.low)}, {signed2(s.high)}]",
          "Models": s.n_models, "low": s.low, "high": s.high}
         for s in t.size
     ]  # fmt: skip
@@ -258,7 +254,7 @@ def claims_sections(t: PaperTables) -> list[Section]:
         ["Column", "Spearman ρ", f"{level} interval", "Models"],
         f"Spearman's ρ of params_b against each Table 1 column, over the models whose size the config gives (at least three); "
         f"{level} interval: models resampled ({t.B} replicates).",
-        formats={"Spearman ρ": rho},
+        formats={"Spearman ρ": signed2},
     )  # fmt: skip
     pair_rows = [
         {"Thinking model": p.thinking.display, "Sibling": p.sibling.display, "Flag. (thinking)": _pct_value(p.thinking_rate),
