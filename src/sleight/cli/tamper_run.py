@@ -59,7 +59,7 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--schedule", default="question", choices=["question", "sweep"],
         help="question: one question after the other; sweep: all clean runs and every question's trials as requests to one "
-        "continuously batched decode (hf lockstep; same trials; slower on a 2-core CPU, see docs/results.md) (default: question)",
+        "continuously batched decode (hf lockstep; same trials; 1.5x faster on a 2-core CPU, see docs/results.md) (default: question)",
     )
     p.add_argument("--live-rows", type=int, default=None, metavar="N", help="sweep schedule: rows decoding together at most (default: 202)")
 
