@@ -159,6 +159,32 @@ def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
     assert not vmodel.twin_loaded
 
 
+def test_records_read_while_generating_equal_the_scoring_pass(vmodel, model, prompts):
+    """Two-phase on vLLM keeps the records vLLM returns as it generates (no scoring pass): each
+    generated token's log-prob and top-20 equal a teacher-forced pass over the reply, the model's
+    end-of-sequence step included; a row forced to a token the model would not choose
+    (``allowed_token_ids``) gets that token's own raw log-prob and its position's top-20, read from
+    the prefix cache."""
+    outs = vmodel.generate_scored(prompts, [64, 24, 24], forced=[None, None, None], top_k=20)
+    assert outs[0].finish_reason == "stop"  # "The capital of France is Paris.": the end step's records too
+    for p, o in zip(prompts, outs):
+        assert o.records is not None
+        ended = o.finish_reason == "stop"
+        assert len(o.records.token_ids) == len(o.token_ids) + ended and o.records.token_ids[: len(o.token_ids)] == o.token_ids
+        want = model.score_tokens(p, [o.records.token_ids])[0]
+        np.testing.assert_allclose(o.records.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(o.records.top_logprobs, want.top_logprobs, atol=LOGPROB_ATOL)
+        assert np.isnan(o.records.entropy).all()
+    banana = model.encode(" banana")[0]
+    assert banana != outs[0].token_ids[0]
+    forced = vmodel.generate_scored([prompts[0]], [1], forced=[banana], top_k=20)[0]
+    assert forced.token_ids == [banana] and forced.records is not None
+    want = model.score_tokens(prompts[0], [[banana]])[0]
+    np.testing.assert_allclose(forced.records.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+    np.testing.assert_allclose(forced.records.top_logprobs, want.top_logprobs, atol=LOGPROB_ATOL)
+    assert forced.records.top_ids[0, 0] == outs[0].token_ids[0]  # the position's argmax is greedy's own choice
+
+
 def test_tamper_run_on_vllm_scores_its_own_tokens_like_the_hf_engine(vmodel, model, tmp_path):
     """Under the study's conventions a vLLM run reads every record from vLLM and loads no second model;
     its trials equal the hf engine's lockstep trials (tokens, swaps; records within the noise)."""

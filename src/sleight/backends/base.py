@@ -150,15 +150,18 @@ class Scored:
 
 @dataclass(frozen=True)
 class Completion:
-    """What plain greedy generation returned for one prompt (no per-token records).
+    """What plain greedy generation returned for one prompt.
 
     ``token_ids`` never holds an end-of-sequence id; a stop token that ended it is kept as its last
     token. ``finish_reason``: ``"stop"`` (the model chose end-of-sequence), ``"length"`` (the token
     budget is spent) or ``"stop_token"`` (a stop token id or stop string was generated).
+    ``records``: where the engine read them as it generated (vLLM's ``generate_scored``), each
+    generated token's records, the end-of-sequence step's last when the model ended; else None.
     """
 
     token_ids: list[int]
     finish_reason: str
+    records: Scored | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,9 @@ class Sampling:
     top_p: float = 1.0
     min_new_tokens: int = 0
     seed: int = 0
+
+
+UNWARPED = Sampling()  # the model's own distribution at temperature 1, no cut: every sampler's default
 
 
 @runtime_checkable
@@ -255,7 +261,7 @@ class LanguageModel(Protocol):
         max_new_tokens: int,
         *,
         n: int = 1,
-        sampling: Sampling = Sampling(),
+        sampling: Sampling = UNWARPED,
         stop_token_ids: Sequence[int] = (),
     ) -> list[list[Sample]]:
         """``n`` sampled continuations of each prompt (KV-cached, the prompt computed once), seeded

@@ -20,6 +20,10 @@ each request small:
   checkpoint scores with its quantized weights). vLLM returns no full distribution, so ``entropy`` is
   NaN and the study's top-k entropy is computed from the top-k. Unhooked ``greedy`` is
   ``generate_until`` plus ``score_tokens``.
+* ``generate_scored``: ``generate_until`` with ``logprobs=k``, each generated token's records read
+  as vLLM generates it, and rows forced to one token (``allowed_token_ids``; the log-probs are the
+  raw ones, read before that mask). Two-phase decoding keeps these records and needs no
+  ``score_tokens`` pass, whose ``prompt_logprobs`` requests would read no prefix cache.
 * Only what needs the whole distribution (the exact entropy of ``--conventions sleight``) or per-step
   surgery (hooked ``greedy``) needs a second model: the *twin*, the same weights through the hf
   engine on the engine's own device, loaded only under ``--scorer twin`` and never silently.
@@ -39,12 +43,23 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from sleight.backends.base import Completion, Edit, Generation, ModelInfo, NextToken, Scored, sha256_text
+from sleight.backends.base import (
+    UNWARPED,
+    Completion,
+    Edit,
+    Generation,
+    ModelInfo,
+    NextToken,
+    Sample,
+    Sampling,
+    Scored,
+    sha256_text,
+)
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec, vllm_settings
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
@@ -145,8 +160,9 @@ def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", ma
     return kw
 
 
-def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> dict[str, Any]:
-    """``SamplingParams`` of one Phase A request: greedy, no log-probs, no detokenizing.
+def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = (), top_k: int = 0) -> dict[str, Any]:
+    """``SamplingParams`` of one Phase A request: greedy, no detokenizing, and with ``top_k`` the
+    top-k log-probs of every generated token (its records, read as it is generated).
 
     vLLM only searches stop strings in detokenized text (``SamplingParams._verify_args`` refuses
     ``stop`` with ``detokenize=False``), so a request with stop strings detokenizes its output.
@@ -158,7 +174,17 @@ def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequ
         stop=list(stop),
         include_stop_str_in_output=True,
         detokenize=bool(stop),
+        **({"logprobs": int(top_k)} if top_k else {}),
     )
+
+
+def forced_params(token: int, top_k: int) -> dict[str, Any]:
+    """One token that must be ``token``, with its records at that position: ``allowed_token_ids``
+    masks every other id before sampling, and vLLM's log-probs are the raw ones, read before any
+    mask (``logprobs_mode="raw_logprobs"``, vllm/v1/sample/sampler.py), so the forced token's own
+    log-prob and the position's top-k are the model's, as a teacher-forced pass gives them, and the
+    request reads the prefix cache (a ``prompt_logprobs`` request does not)."""
+    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), allowed_token_ids=[int(token)], detokenize=False)
 
 
 def top_params(top_k: int) -> dict[str, Any]:
@@ -182,8 +208,9 @@ def scored_params(top_k: int) -> dict[str, Any]:
 
 
 # -- what vLLM returns, translated ----------------------------------------------------------------
-def completion(out: Any, eos: frozenset[int], max_tokens: int) -> Completion:
-    """A ``CompletionOutput`` as a :class:`Completion`.
+def completion(out: Any, eos: frozenset[int], max_tokens: int, top_k: int = 0) -> Completion:
+    """A ``CompletionOutput`` as a :class:`Completion` (with ``top_k``, its records from the
+    output's own log-probs, the end-of-sequence step's included).
 
     vLLM keeps the token that stopped a request: an end-of-sequence id is dropped (the interface's
     ids never hold one), a stop token id is kept. ``finish_reason`` ``"stop"`` with ``stop_reason``
@@ -191,17 +218,18 @@ def completion(out: Any, eos: frozenset[int], max_tokens: int) -> Completion:
     id or stop string.
     """
     toks = [int(t) for t in out.token_ids]
+    records = scored(out.logprobs, toks, 0, top_k) if top_k else None
     if out.finish_reason == "stop":
         if toks and toks[-1] in eos and (out.stop_reason is None or out.stop_reason in eos):
-            return Completion(toks[:-1], "stop")
-        return Completion(toks, "stop_token")
+            return Completion(toks[:-1], "stop", records)
+        return Completion(toks, "stop_token", records)
     if out.finish_reason == "length":
         if len(toks) < max_tokens:
             raise UserError(
                 f"vLLM stopped a reply at {len(toks)} of {max_tokens} tokens: the sequence reached max_model_len; "
                 "raise --max-model-len"
             )
-        return Completion(toks, "length")
+        return Completion(toks, "length", records)
     raise RuntimeError(f"vLLM finished a request with finish_reason={out.finish_reason!r}")
 
 
@@ -215,10 +243,11 @@ def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequence[int], start: int) -> np.ndarray:
-    """The log-probs of ``tokens`` read from a request's ``prompt_logprobs``: row ``i`` holds prompt
-    token ``i``'s own entry (row 0 is None), so ``tokens`` start at row ``start``."""
+    """The log-probs of ``tokens`` read from a request's ``prompt_logprobs`` (row ``i`` holds prompt
+    token ``i``'s own entry, row 0 is None, so ``tokens`` start at row ``start``) or from an output's
+    ``logprobs`` (row ``i``: generated token ``i``, ``start`` 0)."""
     if len(rows) < start + len(tokens):
-        raise RuntimeError(f"vLLM returned {len(rows)} prompt log-prob rows for a {start + len(tokens)}-token prompt")
+        raise RuntimeError(f"vLLM returned {len(rows)} log-prob rows for {start + len(tokens)} tokens")
     got = []
     for j, t in enumerate(tokens):
         row = rows[start + j]
@@ -253,6 +282,42 @@ def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float | None]:
         "prefix_cache_hits": hits,
         "prefix_cache_hit_rate": hits / queries if queries else None,
     }
+
+
+class ScoredStream:
+    """Requests of :meth:`VLLMModel.generate_scored` fed to vLLM's engine one step at a time
+    (``LLMEngine.add_request`` / ``step``, as ``LLM.generate`` drives it): iterating yields
+    ``(request id, Completion)`` as each request finishes, and a request submitted meanwhile joins
+    the running batch at the engine's next step. Two-phase decoding sends a row's next request as
+    soon as its last one returns, instead of waiting for a round's slowest row."""
+
+    def __init__(self, model: VLLMModel, top_k: int, stop_token_ids: tuple[int, ...]) -> None:
+        self.model, self.top_k, self.stop_token_ids = model, top_k, stop_token_ids
+        self.engine = model.llm.llm_engine
+        self.budgets: dict[str, int] = {}
+
+    def submit(self, prompt: Sequence[int], max_tokens: int, *, forced: int | None = None) -> str:
+        """Queue one request (``forced``: it generates exactly that token); returns its id."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        if not len(prompt):
+            raise ValueError("a scored request needs a non-empty prompt")
+        params = self.model._vllm.SamplingParams(
+            **(until_params(max_tokens, self.stop_token_ids, top_k=self.top_k) if forced is None else forced_params(forced, self.top_k))
+        )
+        params.output_kind = RequestOutputKind.FINAL_ONLY
+        rid = f"sleight-{next(self.model.llm.request_counter)}"
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), params)
+        self.budgets[rid] = 1 if forced is not None else int(max_tokens)
+        return rid
+
+    def __iter__(self) -> Iterator[tuple[str, Completion]]:
+        while self.budgets:
+            for out in self.engine.step():
+                if out.finished and out.request_id in self.budgets:
+                    budget = self.budgets.pop(out.request_id)
+                    yield out.request_id, completion(out.outputs[0], self.model._eos, budget, self.top_k)
 
 
 class VLLMModel(HFTokenizerOps):
@@ -425,21 +490,56 @@ class VLLMModel(HFTokenizerOps):
                 progress(len(result[i].token_ids) + (result[i].finish_reason == "stop"))
         return result
 
+    @property
+    def scores_while_generating(self) -> bool:
+        """Whether :meth:`generate_scored` gives records the run may keep: vLLM's own (``scorer
+        engine``); under ``--scorer twin`` the twin scores, as the run asked."""
+        return self.spec.scorer == "engine"
+
+    def generate_scored(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: Sequence[int],
+        *,
+        forced: Sequence[int | None],
+        top_k: int = 20,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[Completion]:
+        """:meth:`generate_until` whose completions carry each generated token's records, read as
+        vLLM generates it (two-phase decoding then needs no scoring pass: SPEC §3.1). A row whose
+        ``forced[i]`` is a token id generates exactly that token instead (:func:`forced_params`):
+        the records of a substitute the run placed there. All rows go out in one call."""
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("generate_scored needs non-empty prompts")
+        if not len(prompts) == len(max_tokens) == len(forced):
+            raise ValueError("generate_scored needs one budget and one forced entry per prompt")
+        stream = self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids)
+        result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
+        asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
+        for rid, done in stream:
+            result[asked[rid]] = done
+        return result
+
+    def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredStream:
+        """Requests of :meth:`generate_scored` submitted while the engine runs (:class:`ScoredStream`)."""
+        if top_k > self.max_logprobs:
+            raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
+        return ScoredStream(self, top_k, tuple(int(t) for t in stop_token_ids))
+
     def sample(
         self,
         prompts: Sequence[Sequence[int]],
         max_new_tokens: int,
         *,
         n: int = 1,
-        sampling: Any = None,
+        sampling: Sampling = UNWARPED,
         stop_token_ids: Sequence[int] = (),
-    ) -> list[list[Any]]:
+    ) -> list[list[Sample]]:
         """``n`` seeded samples of each prompt from vLLM's own sampler, one request per prompt
         (:func:`sleight.backends.sampling.vllm_params`), raw log-probs of the sampled tokens."""
-        from sleight.backends.base import Sample, Sampling
         from sleight.backends.sampling import check_sampling, vllm_params, vllm_sample
 
-        s = sampling if sampling is not None else Sampling()
+        s = sampling
         check_sampling(s, n, max_new_tokens)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("sample needs non-empty prompts")
