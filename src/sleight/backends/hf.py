@@ -16,7 +16,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sleight.backends.base import Completion, Edit, EndStep, Generation, Hook, ModelInfo, NextToken, Scored, sha256_text
+from sleight.backends.base import (
+    UNWARPED,
+    Completion,
+    Edit,
+    EndStep,
+    Generation,
+    Hook,
+    ModelInfo,
+    NextToken,
+    Sample,
+    Sampling,
+    Scored,
+    sha256_text,
+)
 from sleight.backends.kv_slab import SlabCache, slab_supported
 from sleight.backends.ragged import Prefix, RaggedCache
 from sleight.backends.ragged import register as register_ragged
@@ -599,14 +612,13 @@ class HFModel(HFTokenizerOps):
         max_new_tokens: int,
         *,
         n: int = 1,
-        sampling: Any = None,
+        sampling: Sampling = UNWARPED,
         stop_token_ids: Sequence[int] = (),
-    ) -> list[list[Any]]:
+    ) -> list[list[Sample]]:
         """``n`` seeded samples of each prompt over one KV cache (:mod:`sleight.backends.sampling`)."""
-        from sleight.backends.base import Sampling
         from sleight.backends.sampling import sample_hf
 
-        return sample_hf(self, prompts, max_new_tokens, n, sampling if sampling is not None else Sampling(), stop_token_ids)
+        return sample_hf(self, prompts, max_new_tokens, n, sampling, stop_token_ids)
 
     def stream(self, *, top_k: int = 20, live_rows: int | None = None, progress: Callable[[int], None] | None = None) -> GreedyStream:
         """Continuous batching over requests submitted as it runs (:class:`GreedyStream`)."""
@@ -621,6 +633,7 @@ class _Request:
     hook: _HookFn | None
     forced: list[list[int]]
     row_offset: int
+    priority: float = 0.0  # queued requests are admitted highest first (ties: first submitted first)
     joined: int = 0  # rows admitted so far (a ragged batch admits a request in pieces)
     shared: int = -1  # prompt tokens every row shares (-1: not computed yet)
     prefix: Prefix | None = None  # their keys and values, computed once, shared by every piece
@@ -674,8 +687,11 @@ class GreedyStream:
         hook: Hook | _HookFn | None = None,
         forced: Sequence[Sequence[int]] | None = None,
         row_offset: int = 0,
+        priority: float = 0.0,
     ) -> int:
-        """Queue a request; returns its id. The hook sees its rows as ``row_offset``, ``row_offset + 1``, ..."""
+        """Queue a request; returns its id. The hook sees its rows as ``row_offset``, ``row_offset + 1``, ...
+        Queued requests join highest ``priority`` first, a request already joining in pieces ahead
+        of all (the scheduler admits long requests first, so the batch drains on short ones)."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("a request needs rows with non-empty prompts")
         forced = forced or [[] for _ in prompts]
@@ -683,7 +699,11 @@ class GreedyStream:
             raise ValueError("a request needs one forced list per row")
         gid = self.requests
         self.requests += 1
-        self.pending.append(_Request(gid, [list(p) for p in prompts], int(max_new), hook, [list(f) for f in forced], row_offset))
+        req = _Request(gid, [list(p) for p in prompts], int(max_new), hook, [list(f) for f in forced], row_offset, float(priority))
+        at = len(self.pending)
+        while at > 0 and self.pending[at - 1].priority < req.priority and not self.pending[at - 1].joined:
+            at -= 1
+        self.pending.insert(at, req)
         return gid
 
     def __iter__(self) -> GreedyStream:

@@ -57,9 +57,10 @@ def add_trial_args(p: argparse.ArgumentParser) -> None:
         "them once (vllm) (default: lockstep on hf, two-phase on vllm)",
     )
     p.add_argument(
-        "--schedule", default="question", choices=["question", "sweep"],
-        help="question: one question after the other; sweep: all clean runs and every question's trials as requests to one "
-        "continuously batched decode (hf lockstep; same trials; 1.5x faster on a 2-core CPU, see docs/results.md) (default: question)",
+        "--schedule", default="sweep", choices=["question", "sweep"],
+        help="sweep: all clean runs and every question's trials as requests to one continuously batched decode (hf lockstep; "
+        "the same trials as question by question, 1.5x faster on a 2-core CPU, see docs/results.md); question: one question "
+        "after the other (default: sweep)",
     )
     p.add_argument("--live-rows", type=int, default=None, metavar="N", help="sweep schedule: rows decoding together at most (default: 202)")
 

@@ -27,7 +27,7 @@ class TrialSettings:
     conventions: str = "study"
     punctuation_led: bool = False
     decoding: str | None = None  # None: lockstep on hf, two-phase on vllm
-    schedule: str = "question"
+    schedule: str = "sweep"
     live_rows: int | None = None  # None: runner.LIVE_ROWS
 
     def __post_init__(self) -> None:

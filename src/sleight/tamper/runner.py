@@ -120,7 +120,7 @@ def run_tamper(
     shard: Shard = ALL,
     overwrite: bool = False,
     decoding: str = "lockstep",
-    schedule: str = "question",
+    schedule: str = "sweep",
     live_rows: int = LIVE_ROWS,
 ) -> RunSummary:
     """Run (or resume) the sweep into ``out``; each question's trials are committed atomically.
@@ -128,12 +128,12 @@ def run_tamper(
     ``shard`` K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
     once, in several processes or machines, into one ``out``. ``overwrite`` starts ``out`` over.
     ``decoding``: ``"lockstep"`` (per-step surgery, hf) or ``"two-phase"`` (:mod:`sleight.tamper.two_phase`).
-    ``schedule``: ``"question"`` (the default) decodes one question after the other; ``"sweep"``
-    decodes every clean run and every question's trials as requests to one continuously batched
-    decode of at most ``live_rows`` rows (:mod:`sleight.tamper.schedule`; lockstep on an engine that
-    batches continuously, else question by question). Both give the same trials; results are
-    committed per question either way. With ragged batches the sweep order measured 1.52x the question
-    order on a 2-core CPU (docs/results.md, "The full sweep"); the question order stays the default.
+    ``schedule``: ``"sweep"`` (the default) decodes every clean run and every question's trials as
+    requests to one continuously batched decode of at most ``live_rows`` rows
+    (:mod:`sleight.tamper.schedule`; lockstep on an engine that batches continuously, else question
+    by question); ``"question"`` decodes one question after the other. Both give the same trials;
+    results are committed per question either way. With ragged batches the sweep order measured
+    1.52x the question order on a 2-core CPU (docs/results.md, "The full sweep").
     """
     if decoding not in two_phase.DECODINGS:
         raise ValueError(f"decoding must be one of {two_phase.DECODINGS}, not {decoding!r}")

@@ -4,7 +4,9 @@ to one continuously batched lockstep decode (:class:`sleight.backends.hf.GreedyS
 Question by question, each question's clean reply decodes alone at batch 1 and its trial batch
 empties as rows finish. Here all the clean runs are submitted up front (they decode together, as
 full a batch as there are questions, up to ``live_rows``), a question's trial request is submitted
-as soon as its clean run is done, and its rows are admitted as rows retire, up to ``live_rows``: on
+as soon as its clean run is done (queued requests join longest clean reply first, so that the
+batch ends on short rows rather than waiting on a long tail), and its rows are admitted as rows
+retire, up to ``live_rows``: on
 a ragged batch (:mod:`sleight.backends.ragged`) in pieces, so the batch stays full until the queue
 runs dry, with no padding; otherwise whole, once all its rows fit. A question's trials are still
 forked from its own clean prefix, decided by the same hook, and finished and committed per question
@@ -13,6 +15,7 @@ forked from its own clean prefix, decided by the same hook, and finished and com
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,8 +79,8 @@ def scheduled_questions(
     stream = model.stream(top_k=config.top_k, live_rows=live_rows, progress=progress)
     cleans: dict[int, tuple[int, Rendered]] = {}
     trials: dict[int, tuple[int, TrialRequest]] = {}
-    for i, rendered in work:
-        cleans[stream.submit([rendered.ids], config.max_new_tokens)] = (i, rendered)
+    for i, rendered in work:  # every clean run ahead of every trial request
+        cleans[stream.submit([rendered.ids], config.max_new_tokens, priority=math.inf)] = (i, rendered)
     try:
         for gid, gens in stream:
             if gid in cleans:
@@ -87,7 +90,9 @@ def scheduled_questions(
                     yield i, clean, untouched_trials(clean, substitutes)
                     continue
                 req = trial_request(model, clean, substitutes, config)
-                trials[stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced)] = (i, req)
+                # longest clean reply first: its trials likely decode longest, and the batch drains on short ones
+                gid = stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced, priority=len(clean.reply.token_ids))
+                trials[gid] = (i, req)
             else:
                 i, req = trials.pop(gid)
                 yield i, req.clean, collect_trials(model, req, gens, config)
