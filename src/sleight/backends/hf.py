@@ -699,12 +699,21 @@ class GreedyStream:
             raise ValueError("a request needs one forced list per row")
         gid = self.requests
         self.requests += 1
-        req = _Request(gid, [list(p) for p in prompts], int(max_new), hook, [list(f) for f in forced], row_offset, float(priority))
-        at = len(self.pending)
-        while at > 0 and self.pending[at - 1].priority < req.priority and not self.pending[at - 1].joined:
-            at -= 1
-        self.pending.insert(at, req)
+        self.pending.append(_Request(gid, [list(p) for p in prompts], int(max_new), hook, [list(f) for f in forced], row_offset, float(priority)))
+        self.reprioritize(gid, priority)
         return gid
+
+    def reprioritize(self, gid: int, priority: float) -> None:
+        """A queued request's new priority (none if it has begun to join or is not queued)."""
+        for k, req in enumerate(self.pending):
+            if req.gid == gid and not req.joined:
+                del self.pending[k]
+                req.priority = float(priority)
+                at = len(self.pending)
+                while at > 0 and self.pending[at - 1].priority < req.priority and not self.pending[at - 1].joined:
+                    at -= 1
+                self.pending.insert(at, req)
+                return
 
     def __iter__(self) -> GreedyStream:
         return self

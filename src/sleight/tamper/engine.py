@@ -379,14 +379,17 @@ def untouched_trials(clean: Clean, substitutes: Sequence[str]) -> list[Trial]:
 @dataclass
 class TrialRequest:
     """One question's trials as one decoding request: every row the clean prompt plus the shared
-    prefix, forced its own first substitute, the hook swapping every later trigger."""
+    prefix, forced its own first substitute, the hook swapping every later trigger. ``clean`` may
+    arrive after the request was made (a fork at the clean run's first trigger, while it decodes);
+    its trials are collected once it has."""
 
-    clean: Clean
+    clean: Clean | None
     substitutes: list[str]
     prompt: list[int]
     budget: int
     firsts: list[Substitution]
     hook: SwapHook
+    first: Trigger | None = None
 
     @property
     def forced(self) -> list[list[int]]:
@@ -395,15 +398,26 @@ class TrialRequest:
 
 def trial_request(model: LanguageModel, clean: Clean, substitutes: Sequence[str], config: TamperConfig) -> TrialRequest:
     """The request of ``clean``'s trials (it must contain a trigger)."""
-    first = clean.triggers[0]
-    prefix = clean.reply.token_ids[: first.start]
+    req = fork_request(model, clean.rendered, clean.reply.token_ids[: clean.triggers[0].start], clean.triggers[0], substitutes, config)
+    req.clean = clean
+    return req
+
+
+def fork_request(
+    model: LanguageModel, rendered: Rendered, prefix: Sequence[int], first: Trigger, substitutes: Sequence[str], config: TamperConfig
+) -> TrialRequest:
+    """The trials of a clean reply whose first trigger is ``first`` after ``prefix``: all they need
+    of the clean run, which may still be decoding."""
+    prefix = list(prefix)
     firsts = [plan_substitution(prefix, first, s, model, config) for s in substitutes]
     hook = SwapHook(model, prefix, substitutes, config, injected=[[False] * len(prefix) + [True] * len(f.ids) for f in firsts])
-    return TrialRequest(clean, list(substitutes), list(clean.rendered.ids) + prefix, config.max_new_tokens - len(prefix), firsts, hook)
+    return TrialRequest(None, list(substitutes), list(rendered.ids) + prefix, config.max_new_tokens - len(prefix), firsts, hook, first)
 
 
 def collect_trials(model: LanguageModel, req: TrialRequest, gens: Sequence[Generation], config: TamperConfig) -> list[Trial]:
     """The trials of a decoded request: the clean prefix's records, then each row's own."""
+    if req.clean is None:
+        raise RuntimeError("trials collected before their clean run finished")
     head = req.clean.reply.head(len(req.prompt) - len(req.clean.rendered.ids))
     replies, subs = [], []
     for i, gen in enumerate(gens):

@@ -20,17 +20,20 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sleight.backends.base import LanguageModel, Rendered
+from sleight.backends.base import Generation, LanguageModel, Rendered
 from sleight.tamper.engine import (
     Clean,
     TamperConfig,
     Trial,
     TrialRequest,
+    WordEnd,
     collect_trials,
     finish_clean,
+    fork_request,
     trial_request,
     untouched_trials,
 )
+from sleight.tamper.trigger import Trigger
 
 SCHEDULES = ("sweep", "question")
 
@@ -51,6 +54,7 @@ class StreamStats:
     steps: int = 0  # forward passes of the batch (ragged batches)
     columns_live: int = 0  # key columns one layer's attention read, summed over the steps (a shared prefix once)
     columns_masked: int = 0  # masked columns it read (the tails of rows shorter than their segment's longest)
+    early_forks: int = 0  # trial requests submitted while their clean run still decoded
 
     def record(self) -> dict[str, Any]:
         return {
@@ -61,7 +65,36 @@ class StreamStats:
             "steps": self.steps,
             "columns_live": self.columns_live,
             "columns_masked": self.columns_masked,
+            "early_forks": self.early_forks,
         }
+
+
+class _Fork:
+    """A clean run's watcher: a hook that never edits, reading each accepted token with the proposal
+    after it as the look-ahead (the detector's one token, as the finished reply's scan reads it), and
+    calling ``found(prefix, trigger)`` at the first confirmed trigger, while the clean run decodes on."""
+
+    def __init__(self, model: LanguageModel, config: TamperConfig, found: Callable[[list[int], Trigger], None]) -> None:
+        self.model, self.config, self.found = model, config, found
+        self.may_end = WordEnd(model, config.trigger)
+        self.find = config.finder()
+        self.checked = 0
+        self.done = False
+
+    def __call__(self, _row: int, out: Sequence[int], proposed: int | None) -> None:
+        if self.done or proposed is None or proposed in self.model.eos_ids:
+            return None  # a trigger at the reply's very end is read from the finished reply
+        for e in range(self.checked, len(out)):
+            if not self.may_end(out[e]):
+                continue
+            nxt = out[e + 1] if e + 1 < len(out) else proposed
+            trig = self.find(list(out[: e + 1]), nxt, self.model.decode, self.config.trigger, [False] * (e + 1))
+            if trig is not None:
+                self.done = True
+                self.found(list(out[: trig.start]), trig)
+                return None
+        self.checked = len(out)
+        return None
 
 
 def scheduled_questions(
@@ -75,26 +108,61 @@ def scheduled_questions(
     stats: StreamStats | None = None,
 ) -> Iterator[tuple[int, Clean, list[Trial]]]:
     """``(index, clean run, trials)`` for every ``(index, rendered prompt)`` of ``work``, as each
-    question's trials finish. Untouched questions (no trigger) come as soon as their clean run ends."""
+    question's trials finish. Untouched questions (no trigger) come as soon as their clean run ends.
+
+    A question's trials are forked at its clean run's first trigger, while the clean run decodes on
+    (they need only the prefix before it), so a long clean reply does not hold its trials back;
+    they are collected when both have finished."""
     stream = model.stream(top_k=config.top_k, live_rows=live_rows, progress=progress)
     cleans: dict[int, tuple[int, Rendered]] = {}
     trials: dict[int, tuple[int, TrialRequest]] = {}
+    forked: dict[int, tuple[int, TrialRequest]] = {}  # question index -> its trial request's id and the request
+    done: dict[int, list[Generation]] = {}  # trial request id -> its rows, finished before their clean run
+
+    def fork(i: int, rendered: Rendered) -> Callable[[list[int], Trigger], None]:
+        def found(prefix: list[int], first: Trigger) -> None:
+            req = fork_request(model, rendered, prefix, first, substitutes, config)
+            gid = stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced)
+            trials[gid] = (i, req)
+            forked[i] = (gid, req)
+            if stats is not None:
+                stats.early_forks += 1
+
+        return found
+
     for i, rendered in work:  # every clean run ahead of every trial request
-        cleans[stream.submit([rendered.ids], config.max_new_tokens, priority=math.inf)] = (i, rendered)
+        watch = _Fork(model, config, fork(i, rendered))
+        cleans[stream.submit([rendered.ids], config.max_new_tokens, hook=watch, priority=math.inf)] = (i, rendered)
     try:
         for gid, gens in stream:
             if gid in cleans:
                 i, rendered = cleans.pop(gid)
                 clean = finish_clean(model, rendered, gens[0], config)
                 if not clean.triggers:
+                    if i in forked:
+                        raise RuntimeError(f"question {i}: trials were forked at a trigger its finished clean run does not have")
                     yield i, clean, untouched_trials(clean, substitutes)
+                    continue
+                if i in forked:
+                    tid, req = forked.pop(i)
+                    if req.first != clean.triggers[0]:
+                        raise RuntimeError(f"question {i}: the fork's first trigger {req.first} is not the finished clean run's {clean.triggers[0]}")
+                    req.clean = clean
+                    stream.reprioritize(tid, len(clean.reply.token_ids))
+                    if tid in done:
+                        del trials[tid]
+                        yield i, clean, collect_trials(model, req, done.pop(tid), config)
                     continue
                 req = trial_request(model, clean, substitutes, config)
                 # longest clean reply first: its trials likely decode longest, and the batch drains on short ones
-                gid = stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced, priority=len(clean.reply.token_ids))
-                trials[gid] = (i, req)
+                tid = stream.submit([req.prompt] * len(substitutes), req.budget, hook=req.hook, forced=req.forced, priority=len(clean.reply.token_ids))
+                trials[tid] = (i, req)
             else:
-                i, req = trials.pop(gid)
+                i, req = trials[gid]
+                if req.clean is None:  # its clean run still decodes
+                    done[gid] = gens
+                    continue
+                del trials[gid]
                 yield i, req.clean, collect_trials(model, req, gens, config)
     finally:
         if stats is not None:
