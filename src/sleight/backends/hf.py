@@ -878,8 +878,8 @@ class GreedyStream:
                     lens = [n + req.prefix.length for n in lens]
                 plain.append((req, lo, hi, own_k, own_v, lens))
             else:
-                self._cache().add(req.prefix, lens, self._template(), own_k, own_v)
-                self._join_rows(req, lo, hi)
+                at = self._cache().add(req.prefix, lens, self._template(), own_k, own_v, rows=len(req.prompts) - lo)
+                self._join_rows(req, lo, hi, at)
             req.joined = hi
             if req.joined == len(req.prompts):
                 self.pending.popleft()
@@ -900,11 +900,15 @@ class GreedyStream:
                 self._join_rows(req, lo, hi)
         self.peak_rows = max(self.peak_rows, self.live)
 
-    def _join_rows(self, req: _Request, lo: int, hi: int) -> None:
-        """Rows ``lo:hi`` of ``req`` into the decode state, each to be fed its prompt's last token."""
+    def _join_rows(self, req: _Request, lo: int, hi: int, at: int | None = None) -> None:
+        """Rows ``lo:hi`` of ``req`` into the decode state, each to be fed its prompt's last token;
+        ``at``: their batch position, where the cache put them (default: after every live row)."""
         if lo == 0:
             self.left[req.gid] = len(req.prompts)
         new = self.state.add(req.forced[lo:hi], req.max_new, req.hook, req.row_offset + lo, group=req.gid)
+        alive = self.state.alive
+        if at is not None and at < len(alive) - len(new):
+            self.state.alive = alive[:at] + new + alive[at : len(alive) - len(new)]
         for r, prompt in zip(new, req.prompts[lo:hi]):
             self._first[r] = prompt[-1]
 

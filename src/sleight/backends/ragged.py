@@ -36,6 +36,7 @@ from transformers.cache_utils import Cache
 
 NAME = "sleight_ragged"
 _SPARE = 128  # columns reserved past what is needed when a segment's buffer grows
+_MERGE_SPAN = 32  # a piece joins its request's segment while that segment's rows are at most this many columns longer
 
 
 @dataclass(eq=False)
@@ -139,24 +140,51 @@ class RaggedCache(Cache):
         """Each row's position for the token it is fed next: the prefix and its own columns before it."""
         return [(s.prefix.length if s.prefix else 0) + n for s in self.segments for n in s.lens]
 
-    def add(self, prefix: Prefix | None, lens: Sequence[int], template: torch.Tensor, own_k: Sequence[torch.Tensor] = (), own_v: Sequence[torch.Tensor] = ()) -> None:
-        """New rows after the live ones, as one segment: ``prefix`` shared (or None), and per layer
-        ``own_k``/``own_v`` ``(rows, kv_heads, columns, head_dim)`` whose first ``lens[i]`` columns
-        row ``i`` owns (none given: no own columns yet). ``template``: a key tensor of the model's
-        (kv_heads, head_dim, dtype, device)."""
+    def add(
+        self,
+        prefix: Prefix | None,
+        lens: Sequence[int],
+        template: torch.Tensor,
+        own_k: Sequence[torch.Tensor] = (),
+        own_v: Sequence[torch.Tensor] = (),
+        *,
+        rows: int | None = None,
+    ) -> int:
+        """New rows: ``prefix`` shared (or None), and per layer ``own_k``/``own_v`` ``(rows, kv_heads,
+        columns, head_dim)`` whose first ``lens[i]`` columns row ``i`` owns (none given: no own columns
+        yet). ``template``: a key tensor of the model's (kv_heads, head_dim, dtype, device). They join
+        the last segment sharing ``prefix`` where it has room for them and its rows are at most
+        ``_MERGE_SPAN`` columns longer (pieces of one request decode as one segment: one attention
+        call instead of one a piece, a few masked tail columns instead); else they form a new segment
+        at the end, with room for ``rows`` rows (default: these). Returns the batch position of the
+        first new row (its rows follow in order)."""
         m = len(lens)
+        seg = next((g for g in reversed(self.segments) if prefix is not None and g.prefix is prefix), None)
+        if seg is not None and seg.size + m <= seg.keys[0].shape[0] and max(lens, default=0) <= seg.keys[0].shape[-2]:
+            if max(seg.lens) - min(lens, default=0) <= _MERGE_SPAN:
+                at = sum(g.size for g in self.segments[: self.segments.index(seg)]) + seg.size
+                lo = seg.size
+                if own_k:
+                    have = int(own_k[0].shape[-2])
+                    for layer in range(self.n_layers):
+                        seg.keys[layer][lo : lo + m, :, :have] = own_k[layer]
+                        seg.values[layer][lo : lo + m, :, :have] = own_v[layer]
+                seg.lens.extend(lens)
+                return at
         cap = max(lens, default=0) + _SPARE
         keys, values = [], []
         for layer in range(self.n_layers):
-            k = template.new_zeros((m, template.shape[1], cap, template.shape[-1]))
+            k = template.new_zeros((max(m, rows or m), template.shape[1], cap, template.shape[-1]))
             v = k.clone()
             if own_k:
                 have = int(own_k[layer].shape[-2])
-                k[:, :, :have] = own_k[layer]
-                v[:, :, :have] = own_v[layer]
+                k[:m, :, :have] = own_k[layer]
+                v[:m, :, :have] = own_v[layer]
             keys.append(k)
             values.append(v)
+        at = self.rows
         self.segments.append(Segment(prefix, keys, values, list(lens)))
+        return at
 
     def retract(self, row: int, n: int) -> None:
         """Row ``row`` (batch position) withdrew its last ``n`` cached columns."""
