@@ -219,24 +219,24 @@ def test_forecast_summary_is_stats_on_the_rows():
     y = np.array([float(r["correct"]) for r in orig])
     clusters = np.array([r["cluster"] for r in orig])
     so, ss = np.array([r["score"] for r in orig]), np.array([r["score"] for r in stem])
-    assert s["n_clusters"] == 15
-    assert s["positions"]["stem"]["auroc"]["estimate"] == pytest.approx(auroc(ss, y))
-    assert s["positions"]["original"]["brier"]["estimate"] == pytest.approx(brier(so, y))
+    assert s.n_clusters == 15
+    assert s.positions["stem"]["auroc"]["estimate"] == pytest.approx(auroc(ss, y))
+    assert s.positions["original"]["brier"]["estimate"] == pytest.approx(brier(so, y))
     ci = bootstrap_ci(auroc, ss, y, B=500, seed=3, clusters=clusters)
-    assert (s["positions"]["stem"]["auroc"]["low"], s["positions"]["stem"]["auroc"]["high"]) == (ci.low, ci.high)
+    assert (s.positions["stem"]["auroc"]["low"], s.positions["stem"]["auroc"]["high"]) == (ci.low, ci.high)
     pb = paired_bootstrap(auroc, (ss, y), (so, y), clusters=clusters, B=500, seed=3)
-    g = s["gain"]["auroc"]
+    g = s.gain["auroc"]
     assert (g["diff"], g["low"], g["high"]) == (pb.diff, pb.ci_diff.low, pb.ci_diff.high)
     # Brier: lower is better, so the gain is original minus stem, its interval mirrored.
     pbb = paired_bootstrap(brier, (ss, y), (so, y), clusters=clusters, B=500, seed=3)
-    gb = s["gain"]["brier"]
+    gb = s.gain["brier"]
     assert gb["gain"] == pytest.approx(-pbb.diff) and (gb["gain_low"], gb["gain_high"]) == pytest.approx((-pbb.ci_diff.high, -pbb.ci_diff.low))
-    assert s["brier_reference"]["constant_0.5"] == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
-    assert s["brier_reference"]["base_rate"] == pytest.approx(brier(np.full(y.size, y.mean()), y))
-    assert s["reader"]["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
-    assert s["reader"]["n_agree"] == sum(bool(i % 3) for i in range(30)) and s["reader"]["n_compared"] == 30
-    assert s["positions"]["original"]["mass"]["below_floor"] == 30 and s["positions"]["stem"]["mass"]["below_floor"] == 0
-    json.dumps(s)  # JSON-ready (no NaN)
+    assert s.brier_reference["constant_0.5"] == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
+    assert s.brier_reference["base_rate"] == pytest.approx(brier(np.full(y.size, y.mean()), y))
+    assert s.reader["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
+    assert s.reader["n_agree"] == sum(bool(i % 3) for i in range(30)) and s.reader["n_compared"] == 30
+    assert s.positions["original"]["mass"]["below_floor"] == 30 and s.positions["stem"]["mass"]["below_floor"] == 0
+    json.dumps(s.as_json(), allow_nan=False)  # JSON-ready (no NaN)
 
 
 def test_paired_difference_shares_replicates_and_is_narrower_than_unpaired():
@@ -276,7 +276,7 @@ def test_prr_summary_and_cluster_codes():
             score = float(np.log(rng.uniform(0.01, 1))) if r == "library" else (None if (r == "moved" and k == 0) else float(rng.uniform()))
             rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": label, "readout": r, "score": score, "option_mass": 0.1,
                          "first_tokens_distinct": True, "argmax_class": "prose", "argmax_token": "The", "continuation_class": "prose"})
-    s = pp.summarise(rows, B=300, seed=0)["settings"]["constructed"]
+    s = pp.summarise(rows, B=300, seed=0).settings["constructed"]
     assert s["n_pairs"] == 12 and s["n_clusters"] == 6 and s["readouts"]["moved"]["n_scored"] == 11
     lib = np.array([r["score"] for r in rows if r["readout"] == "library"])
     ren = np.array([r["score"] for r in rows if r["readout"] == "renormalised"])

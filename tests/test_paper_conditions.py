@@ -98,6 +98,15 @@ def test_note_writer_prompt_budget_and_acceptance():
     assert not notes.note_ok("<think>\n</think> ok", "stop")
 
 
+def test_n1_notes_use_the_writer_at_a_twelve_word_budget():
+    """Paper: App. I, N1: the per-item notes were written with a twelve-word budget; App. H's writer
+    asks for it, retries at floor(12 / (r + 1)) words and keeps 1-12 words."""
+    assert cond.N1_NOTE_WORDS == 12
+    assert "Budget: at most 12 words. Write only the note" in notes.writer_prompt("P", 0, cond.N1_NOTE_WORDS)
+    assert [notes.retry_budget(r, 12) for r in range(5)] == [12, 6, 4, 3, 2] and "at most 4 words." in notes.writer_prompt("P", 2, 12)
+    assert notes.note_ok(" ".join(["w"] * 12), "stop", 12) and not notes.note_ok(" ".join(["w"] * 13), "stop", 12)
+
+
 def test_note_writer_retries_at_a_shrinking_budget(model):
     """Paper: App. H: an unfinished attempt is retried up to four times, each at the smaller budget;
     after five failures no note is kept. (A 3-token cap leaves every attempt unfinished.)"""

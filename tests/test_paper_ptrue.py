@@ -111,7 +111,7 @@ def test_gold_printed_neither_split():
             rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": float(src == "gold"), "readout": r, "score": 0.1 * k - (r == "library"),
                          "answer": ans, "answer_source": src, "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x",
                          "argmax_token": tok, "continuation_class": "x"})
-    s = pp.summarise(rows, B=20)["settings"]["constructed"]
+    s = pp.summarise(rows, B=20).settings["constructed"]
     assert s["readouts"]["library"]["argmax_split"] == {"gold": 2, "printed": 1, "neither": 1}
     assert set(s["readouts"]["library"]["per_letter_auroc"]) == {"A", "B", "C", "D"}
     assert len(s["pairs"]["auroc"]) == len(READOUTS) * (len(READOUTS) - 1) // 2

@@ -78,7 +78,7 @@ def test_own_answers_sample_at_each_checkpoints_generation_config():
     GenerationParameters defaults (temperature 1, top-k 50, top-p 1) overridden by generation_config."""
     from sleight.readout.ptrue.answers import generation_sampling
     from sleight.readout.reproduce import load_table
-    from sleight.readout.reproduce.runner import run_settings
+    from sleight.readout.reproduce.kinds import run_settings
 
     assert generation_sampling(None) == {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
     assert generation_sampling({"temperature": 0.6, "top_k": 20, "top_p": 0.95, "do_sample": True}) == {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
@@ -89,6 +89,39 @@ def test_own_answers_sample_at_each_checkpoints_generation_config():
     assert run_settings(spec, llama) == {**spec.settings, "decode": "sampled", "temperature": 0.6, "top_k": 50, "top_p": 0.9}
     qwen = next(c for c in t9.checkpoints if c.name == "qwen3-4b")
     assert run_settings(spec, qwen)["top_k"] == 20
+
+
+def test_the_checkpoints_own_generation_config_is_read_where_it_can_be(tmp_path, monkeypatch):
+    """App. E's "own generation settings" are the checkpoint's file: a model folder's
+    generation_config.json wins over the values a config records; the bundled model's sets no
+    sampling key (the library's defaults); a hub checkpoint is read from the local cache at the
+    pinned, abbreviated revision, and only without one do the recorded values stand."""
+    import dataclasses
+    import json
+    import shutil
+
+    from sleight.backends.resolve import own_generation_config, resolve
+    from sleight.readout.reproduce import load_table
+    from sleight.readout.reproduce.kinds import run_settings
+
+    t9 = load_table("table9")
+    spec = t9.runs["ptrue-mmlu"]
+    llama = next(c for c in t9.checkpoints if c.name == "llama-3-8b")
+    folder = tmp_path / "llama"
+    shutil.copytree(resolve("smollm2-135m-instruct").load_path, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.3, "top_p": 0.5}))
+    own = dataclasses.replace(llama, model=str(folder))
+    assert run_settings(spec, own) == {**spec.settings, "decode": "sampled", "temperature": 0.3, "top_k": 50, "top_p": 0.5}
+    bundled = dataclasses.replace(llama, model="smollm2-135m-instruct")
+    assert run_settings(spec, bundled)["temperature"] == 1.0 and run_settings(spec, bundled)["top_p"] == 1.0
+    cache = tmp_path / "hub"
+    snap = cache / "models--meta-llama--Meta-Llama-3-8B-Instruct" / "snapshots" / f"{llama.revision}{'0' * 32}"
+    snap.mkdir(parents=True)
+    (snap / "generation_config.json").write_text(json.dumps({"temperature": 0.25, "top_p": 0.75}))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    assert own_generation_config(llama.model, llama.revision) == {"temperature": 0.25, "top_p": 0.75}
+    assert run_settings(spec, llama)["temperature"] == 0.25
+    assert own_generation_config(llama.model, "0123abc") is None  # another revision: not this snapshot
 
 
 @pytest.mark.parametrize(

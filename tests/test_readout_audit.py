@@ -146,8 +146,8 @@ def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
         assert set(exp) <= set(got)  # ptrue.parquet has the schema of readout ptrue's readings
         for key, value in exp.items():
             assert got[key] == value, key  # the audit runs readout ptrue's own code on the same batch: bit-identical
-    section = result.summary["ptrue"]
-    assert section["instruct"] is True and set(section["readouts"]) == set(READOUT_NAMES)
+    section = result.summary.ptrue
+    assert section is not None and section.instruct is True and set(section.setting["readouts"]) == set(READOUT_NAMES)
     md = (tmp_path / "report.md").read_text()
     assert "P(True) readouts" in md and "Labels in place" in md and "stem None" not in md
 

@@ -8,6 +8,7 @@ import pytest
 
 from sleight.readout.audit.checks import CHANGE_B, CHANGE_MIN_ITEMS, downstream_change, run_checks
 from sleight.readout.audit.report import stem_text
+from sleight.readout.audit.summary import AuditSummary, VariantSummary
 from sleight.stats import auroc, paired_bootstrap
 
 
@@ -55,7 +56,7 @@ def test_the_change_carries_its_paired_bootstrap_interval():
 
 
 def test_header_names_the_stem_never_none():
-    assert stem_text({"stem": "So "}, {}) == "answer stem 'So '"
-    assert stem_text({"stem": None, "variants": ["original", "stem"]}, {"variants": {"stem": {"n_measured": 3}}}) == "answer stems per item"
-    assert stem_text({"stem": None, "variants": ["original", "stem"]}, {"variants": {"stem": {"n_measured": 0}}}).startswith("no answer stem (")
-    assert stem_text({"stem": None, "variants": ["original"]}, {"variants": {"original": {}}}) == "no answer stem"
+    assert stem_text({"stem": "So "}, AuditSummary()) == "answer stem 'So '"
+    assert stem_text({"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=3)})) == "answer stems per item"
+    assert stem_text({"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=0)})).startswith("no answer stem (")
+    assert stem_text({"stem": None, "variants": ["original"]}, AuditSummary(variants={"original": VariantSummary()})) == "no answer stem"

@@ -60,6 +60,8 @@ def test_every_numbered_item_of_the_paper_is_shipped_in_its_order():
 def test_every_shipped_config_is_the_papers(name):
     from sleight.readout import data
     from sleight.readout.audit.presets import PRESETS
+    from sleight.readout.data.common import parse_spec
+    from sleight.readout.reproduce import kinds
 
     config = load_table(name)
     text = config.path.read_text(encoding="utf-8")
@@ -80,14 +82,14 @@ def test_every_shipped_config_is_the_papers(name):
         assert (config.pending or config.unreproducible) and "\n" not in (config.pending + config.unreproducible)
         return
     for spec in config.runs.values():
-        assert spec.command in ("forecast", "ptrue", "audit", "forecast-readouts") and spec.items
+        assert spec.command in kinds.names() and spec.items
         if spec.command == "audit" and spec.settings.get("preset"):
             assert spec.settings["preset"] in PRESETS
         for text_spec in (spec.paper_data, spec.fixture_spec()):
             assert data.is_data_spec(text_spec)
+            assert parse_spec(text_spec, tuple(data.FAMILIES)).family in kinds.kind(spec.command).families(spec.settings)
         ds = data.load_data(spec.fixture_spec())  # the shipped fixture is read offline
-        use = {"forecast": "forecast", "forecast-readouts": "forecast", "ptrue": "qa"}.get(spec.command) or spec.settings.get("preset") or "mcq"
-        assert ds.view(use, 2)
+        assert len(ds.records) > 0
     assert {c.run for c in config.columns if c.run} <= set(config.runs)
 
 
@@ -361,18 +363,30 @@ def test_latex_exactly():
 
 
 def test_a_pending_item_says_so_in_one_line_and_writes_the_papers_cells(tmp_path):
-    """An experiment whose runner does not exist yet (App. I's conditions) is one line, and its table
-    still shows every published cell beside an empty reproduced column."""
-    from sleight.readout.reproduce import reproduce
+    """An experiment whose runner does not exist yet is one line, and its table still shows every
+    published cell beside an empty reproduced column (Table 14's checkpoints and cells, App. I, in a
+    config written here with ``pending:`` and its measured columns left as the paper's only)."""
+    import yaml
 
+    from sleight.readout.reproduce import reproduce
+    from sleight.readout.reproduce.config import table_path
+
+    raw = yaml.safe_load(table_path("table14").read_text(encoding="utf-8"))
+    raw.pop("runs")
+    raw.pop("inferred", None)
+    raw["columns"] = [{"key": c["key"], "label": c["label"]} for c in raw["columns"]]
+    raw["pending"] = "needs a runner for App. I's eight conditions (written here for the test)"
+    (tmp_path / "cfg").mkdir()
+    path = tmp_path / "cfg" / "table14.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     said: list[str] = []
-    res = reproduce("table14", tmp_path, models=["smollm2-135m-instruct"], status=said.append)
+    res = reproduce(path, tmp_path, models=["smollm2-135m-instruct"], status=said.append)
     assert len(said) == 1 and said[0].startswith("table14: not runnable yet: ") and "\n" not in said[0]
     rows = list(csv.DictReader(io.StringIO((tmp_path / "table14" / "table.csv").read_text(encoding="utf-8"))))
     falcon = next(r for r in rows if r["row"] == "falcon-7b")
     assert float(falcon["t2_mass_published"]) == pytest.approx(6.051e-05, rel=FLOAT64_RTOL) and falcon["t2_mass"] == ""
     assert len([r for r in rows if r["kind"] == "paper"]) == 8 and res.runs == []
-    assert "Not reproduced: needs reproduce to run App. I's eight conditions" in (tmp_path / "table14" / "table.md").read_text(encoding="utf-8")
+    assert "Not reproduced: needs a runner for App. I's eight conditions" in (tmp_path / "table14" / "table.md").read_text(encoding="utf-8")
 
 
 def test_list_shows_checkpoints_and_needs(capsys):
@@ -384,7 +398,7 @@ def test_list_shows_checkpoints_and_needs(capsys):
         assert f"\n{name} " in f"\n{out}"
     assert "Qwen/Qwen3-4B-Instruct-2507@cdbee75" in out and "tiiuae/falcon-7b-instruct@8782b5c" in out
     assert "needs: GPU memory 34 GiB (largest checkpoint, float16), items forecast 240, forward passes ≤" in out  # Qwen3-14B, Table 4
-    assert "not runnable yet:" in out and "cannot be reproduced here:" in out
+    assert "cannot be reproduced here:" in out  # Table 8 (hosted judges, people's labels); every other item runs
 
 
 def test_dry_run_plans_the_papers_checkpoints_without_a_hub(capsys, monkeypatch):

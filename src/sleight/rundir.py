@@ -41,9 +41,9 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -810,3 +810,15 @@ def fields_markdown(fields: Mapping[str, str]) -> str:
     lines = ["| field | meaning |", "|---|---|"]
     lines += [f"| `{k}` | {v.replace('|', chr(92) + '|')} |" for k, v in fields.items()]
     return "\n".join(lines) + "\n"
+
+
+class JsonFields:
+    """A summary dataclass whose JSON form is its fields by name: ``as_json`` writes them,
+    ``from_json`` reads them back from a record that may hold other keys too (a run description)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Self:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from platformdirs import user_cache_dir
@@ -221,3 +222,26 @@ def list_offline_models() -> list[dict[str, str]]:
                     continue
                 rows.append({"name": src["gguf"], "available": "yes (converted)", "source": str(d), "description": "converted GGUF"})
     return rows
+
+
+def own_generation_config(spec: str, revision: str | None = None) -> dict[str, Any] | None:
+    """The model's own ``generation_config.json`` without the network: a bundled model's, a folder's,
+    or a hub checkpoint's in the local cache at ``revision`` (a commit, abbreviated as App. A.2 prints
+    them; the cached snapshot whose id starts with it). None where there is none to read here."""
+    import json
+
+    path: Path | None = None
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        snapshots = Path(HF_HUB_CACHE) / f"models--{spec.replace('/', '--')}" / "snapshots"
+        found = sorted(p for p in snapshots.glob(f"{revision or ''}*") if (p / "generation_config.json").is_file()) if snapshots.is_dir() else []
+        path = found[0] if len(found) == 1 or (found and revision) else None
+    else:
+        try:
+            path = Path(resolve(spec).load_path)
+        except UserError:
+            return None
+    if path is None or not (path / "generation_config.json").is_file():
+        return None
+    return dict(json.loads((path / "generation_config.json").read_text(encoding="utf-8")))

@@ -76,13 +76,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_result(result) -> None:
-    s = result.summary["variants"]
-    orig, stem = s.get("original", {}), s.get("stem", {})
+    orig, stem = result.summary.variant("original"), result.summary.variant("stem")
     print(f"\nreadout audit -> {result.out_dir}")
     for c in result.checks:
         print(f"  {c.number}. {c.name:<38} {c.verdict.upper():<8} {c.reason}")
-    print(f"  median option mass: original {fmt(orig.get('mass_median'))}, stem {fmt(stem.get('mass_median'))}; "
-          f"answer-letter rate: original {fmt(orig.get('answer_letter_rate'))}, stem {fmt(stem.get('answer_letter_rate'))}")
+    print(f"  median option mass: original {fmt(orig.mass_median)}, stem {fmt(stem.mass_median)}; "
+          f"answer-letter rate: original {fmt(orig.answer_letter_rate)}, stem {fmt(stem.answer_letter_rate)}")
     for key, path in result.files.items():
         print(f"  {key:<12} {path}")
 

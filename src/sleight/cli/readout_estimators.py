@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32, help="answer budget (default: 32)")
     p.add_argument("--no-polygraph", action="store_true", help="compute the estimators here even where lm-polygraph is installed")
     p.add_argument("--bootstrap", type=int, default=20000, help="bootstrap replicates (default: 20000)")
-    p.add_argument("--out", default="runs/readout-estimators", help="output directory (default: runs/readout-estimators)")
+    p.add_argument("--out", default="runs/readout-estimators", help="run directory (resumed where a killed run stopped; default: runs/readout-estimators)")
+    p.add_argument("--overwrite", action="store_true", help="start the run directory over")
     add_model_args(p)
     p.set_defaults(func=cmd_estimators)
 
@@ -37,12 +38,14 @@ def cmd_estimators(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1 or args.bootstrap < 1:
         raise UserError("--max-new-tokens and --bootstrap must be at least 1")
     items = load_questions(args.items, args.data, limit=args.limit)
-    model = model_from_args(args)
-    from sleight.readout.ptrue.estimators import run_estimators, write_result
+    from sleight.readout.ptrue.estimators import run_estimators_dir
 
-    result = run_estimators(model, items, instruct=not args.raw, max_new_tokens=args.max_new_tokens, use_polygraph=not args.no_polygraph, B=args.bootstrap)
-    files = write_result(Path(args.out), result, model.info.as_dict())
-    print(f"readout estimators -> {args.out} (estimators by {result['engine']})")
-    for key, path in files.items():
-        print(f"  {key:<5} {path}")
+    out = Path(args.out)
+    result = run_estimators_dir(
+        lambda: model_from_args(args), items, out, instruct=not args.raw, max_new_tokens=args.max_new_tokens,
+        use_polygraph=not args.no_polygraph, source=args.data or args.items or "shipped qa_items", B=args.bootstrap, overwrite=args.overwrite,
+    )
+    print(f"readout estimators -> {out} (estimators by {result['engine']}; {result['new_chunks']} new parts)")
+    for name in ("readings.parquet", "estimators.json", "estimators.md"):
+        print(f"  {out / name}")
     return 0

@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--presets", default="all", help="comma-separated presets, or all (default)")
     p.add_argument("--items", action="append", default=[], metavar="[PRESET=]FILE", help="records for a preset (JSONL); PRESET= may be left out when one preset is scanned; repeatable")
     p.add_argument("--template", action="append", default=[], metavar="[PRESET=]FILE", help="the published template (your copy) instead of the shipped one; repeatable")
+    p.add_argument("--data", metavar="SPEC", help="the paper's data filled into every preset: race-h:... (Table 11) or summeval:... (App. G; presets geval:DIMENSION)")
     p.add_argument("--lm-eval-tasks", metavar="DIR", help="scan every lm-evaluation-harness multiple-choice task YAML in DIR (plain and chat modes)")
     add_limit_arg(p, "records per preset (or documents per task)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="continuation budget (default: 16; text-parsed replies get 32)")
@@ -68,19 +69,20 @@ def cmd_scan(args: argparse.Namespace) -> int:
     _check_common(args)
     if args.lm_eval_tasks:
         return _cmd_lm_eval(args)
-    from sleight.readout.scan.run import ScanConfig, run_scan
-    from sleight.readout.scan.scorers import get_scorer, parse_presets, scorer_items, scorer_records
+    from sleight.readout.scan.run import ScanConfig, preset_records, run_scan
+    from sleight.readout.scan.scorers import get_scorer, parse_presets, scorer_items
 
     presets = parse_presets(args.presets)
     templates = preset_files(args.template, presets, "--template")
     records = preset_files(args.items, presets, "--items")
+    if args.data and records:
+        raise UserError("give one of --items FILE or --data SPEC")
+    config = ScanConfig(presets=presets, limit=args.limit, max_new_tokens=args.max_new_tokens, floor=args.floor, templates=templates, records=records, data=args.data)
     for name in presets:  # validate every input before the model loads
-        recs = scorer_records(get_scorer(name), records.get(name))
-        scorer_items(name, recs, template=templates.get(name), limit=args.limit)
-    config = ScanConfig(presets=presets, limit=args.limit, max_new_tokens=args.max_new_tokens, floor=args.floor, templates=templates, records=records)
-    model = model_from_args(args)
+        scorer_items(name, preset_records(get_scorer(name), config), template=templates.get(name), limit=args.limit)
     out = Path(args.out or "runs/readout-scan")
-    result = run_scan(model, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
+    # a resumed scan loads the model only if some preset is left to do
+    result = run_scan(lambda: model_from_args(args), out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
     print(f"\nreadout scan -> {out}")
     for r in result.rows:
         flags = "; ".join(r["flags"]) or "no failure mode found"

@@ -1,7 +1,8 @@
 """Reports of the downstream commands (forecast, P(True)): blocks of :mod:`sleight.render`, and PNG plots.
 
 A report is built as a :class:`sleight.render.Report` (heading, paragraph, table, figure, code
-blocks) from the summary dictionary and the per-row readings; :mod:`sleight.render` renders the
+blocks) from the summary (:class:`~sleight.readout.forecast.pipeline.ForecastSummary`,
+:class:`~sleight.readout.ptrue.pipeline.PTrueSummary`) and the per-row readings; :mod:`sleight.render` renders the
 same blocks to Markdown and to a self-contained HTML page (figures embedded), with its one cell
 formatter, and both files are written atomically. :func:`roc_points` is the only maths here;
 :func:`forecast_lines` and :func:`ptrue_lines` are what the commands print.
@@ -13,12 +14,16 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sleight import rundir
 from sleight.render import MISSING, Code, Figure, Heading, Para, Report, Table, fmt, interval, to_html, to_markdown, top_count
+
+if TYPE_CHECKING:  # the pipelines are imported where a report needs them
+    from sleight.readout.forecast.pipeline import ForecastSummary
+    from sleight.readout.ptrue.pipeline import PTrueSummary
 
 __all__ = ["Code", "Figure", "Heading", "Para", "Report", "Table", "forecast_report", "ptrue_report", "write_report"]
 
@@ -144,7 +149,7 @@ def _run_table(meta: Mapping[str, Any]) -> Table:
     return Table(["", "value"], rows)
 
 
-def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
     """The reader-forecast report; writes its plots into ``folder``."""
     from sleight.readout.audit.presets import FORECAST_QUESTION, FORECAST_STEM
     from sleight.readout.forecast.pipeline import NOTE_PROMPT, POSITIONS
@@ -154,9 +159,9 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     rep.add(
         Heading("What was measured"),
         Para(
-            f"For each item the model wrote a note about the passage (greedy, cut to {summary['notes']['max_words']} words; "
-            f"{summary['notes']['truncated']} of {summary['n_items']} notes were cut, mean length before the cut "
-            f"{fmt(summary['notes']['mean_raw_words'], digits=1)} words). Then, reading only the note and the quoted item, it picked "
+            f"For each item the model wrote a note about the passage (greedy, cut to {summary.notes['max_words']} words; "
+            f"{summary.notes['truncated']} of {summary.n_items} notes were cut, mean length before the cut "
+            f"{fmt(summary.notes['mean_raw_words'], digits=1)} words). Then, reading only the note and the quoted item, it picked "
             "the option A-D with the highest full-sequence log-probability: that reader's correctness against the gold letter "
             "is the target. Finally it was asked to forecast how many of 100 such readers answer correctly, read at the "
             "original position (after the generation prompt) and at the stemmed position "
@@ -164,7 +169,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         ),
         Code("Note prompt:\n" + NOTE_PROMPT + "\n\nForecast question:\n" + FORECAST_QUESTION),
     )
-    rd = summary["reader"]
+    rd = summary.reader
     rep.add(
         Heading("The note-only reader"),
         Table(
@@ -179,7 +184,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
             ),
         ),
     )
-    pos = summary["positions"]
+    pos = summary.positions
     rep.add(
         Heading("Does the forecast rank correctness?"),
         Table(
@@ -199,15 +204,15 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                 for p in POSITIONS
             ],
             note=(
-                f"Scored on {summary['n_scored']} items in {summary['n_clusters']} passage clusters. Brier references: a constant "
-                f"forecast of 0.5 scores {fmt(summary['brier_reference']['constant_0.5'])}; the in-sample base rate "
-                f"({fmt(summary['brier_reference']['base_rate_value'])}) scores {fmt(summary['brier_reference']['base_rate'])}. "
+                f"Scored on {summary.n_scored} items in {summary.n_clusters} passage clusters. Brier references: a constant "
+                f"forecast of 0.5 scores {fmt(summary.brier_reference['constant_0.5'])}; the in-sample base rate "
+                f"({fmt(summary.brier_reference['base_rate_value'])}) scores {fmt(summary.brier_reference['base_rate'])}. "
                 "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5). "
                 f"{UNDEFINED}"
             ),
         ),
     )
-    g = summary["gain"]
+    g = summary.gain
     rep.add(
         Heading("Stem minus original (paired cluster bootstrap)"),
         Table(
@@ -237,7 +242,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         r0 = ex[0]
         rep.add(
             Heading(f"Worked example: item {r0['item_id']}"),
-            Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary['notes']['max_words'])} kept): {r0['note']}"),
+            Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary.notes['max_words'])} kept): {r0['note']}"),
             Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else MISSING}."),
             Table(
                 ["position", "rendered ending", "top next tokens", "option mass", "p(10..90)", "forecast p_S", "continuation"],
@@ -258,7 +263,7 @@ def forecast_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     return rep
 
 
-def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
     """The P(True) report; writes its plots into ``folder``."""
     from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, READOUT_LABELS
     from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
@@ -288,7 +293,7 @@ def ptrue_report(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
             "rows of a question are one bootstrap cluster."
         ),
     )
-    for setting, s in summary["settings"].items():
+    for setting, s in summary.settings.items():
         rep.add(Heading(f"Setting: {setting}"))
         rep.add(Para(f"{s['n_pairs']} pairs in {s['n_clusters']} clusters; {s['n_correct']} labelled correct ({fmt(s['rate_correct'])})."))
         rep.add(
@@ -368,9 +373,9 @@ def _gain(d: Mapping[str, Any] | None) -> str:
     return f"{fmt(d['gain'])} [{fmt(d.get('gain_low'))}, {fmt(d.get('gain_high'))}]"
 
 
-def forecast_lines(summary: Mapping[str, Any]) -> list[str]:
+def forecast_lines(summary: ForecastSummary) -> list[str]:
     """The forecast run in a few lines: the reader, each position, the gain."""
-    rd, pos, g = summary["reader"], summary["positions"], summary["gain"]
+    rd, pos, g = summary.reader, summary.positions, summary.gain
     lines = [f"reader accuracy {fmt(rd['accuracy'])} (spaced {fmt(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})"]
     for p in ("original", "stem"):
         lines.append(f"{p:>8}: AUROC {interval(pos[p]['auroc'])}  Brier {interval(pos[p]['brier'])}  median mass {fmt(pos[p]['mass']['median'])}")
@@ -378,12 +383,12 @@ def forecast_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def ptrue_lines(summary: Mapping[str, Any]) -> list[str]:
+def ptrue_lines(summary: PTrueSummary) -> list[str]:
     """The P(True) run in a few lines: per setting, each readout's AUROC, PRR, mass and argmax."""
     from sleight.readout.ptrue.readouts import READOUT_LABELS
 
     lines = []
-    for setting, st in summary["settings"].items():
+    for setting, st in summary.settings.items():
         lines.append(f"[{setting}] {st['n_pairs']} pairs, {st['n_correct']} correct")
         for r, d in st["readouts"].items():
             lines.append(

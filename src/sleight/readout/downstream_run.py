@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +33,10 @@ from sleight.progress import SweepProgress
 from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
 from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
 from sleight.rundir import RunDir
+
+if TYPE_CHECKING:  # the pipelines are imported where used (_kind_parts)
+    from sleight.readout.forecast.pipeline import ForecastSummary
+    from sleight.readout.ptrue.pipeline import PTrueSummary
 
 PARTS = "parts"
 READINGS = "readings.parquet"
@@ -371,11 +375,12 @@ class PTrueConfig(DownstreamConfig):
 
 @dataclass
 class DownstreamResult:
-    """A finished downstream run: its folder, the readings, summary.json's content, the manifest."""
+    """A finished downstream run: its folder, the readings, its summary (summary.json less the run's
+    description, which is the manifest's), the manifest."""
 
     out: Path
     rows: list[dict[str, Any]]
-    summary: dict[str, Any]
+    summary: ForecastSummary | PTrueSummary
     manifest: dict[str, Any]
     new_items: int = 0
     resumed_items: int = 0
@@ -432,7 +437,7 @@ def _ptrue_pipeline(config: PTrueConfig, _all_items: Sequence[Any], prog: SweepP
     )
 
 
-def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[..., dict[str, Any]], Callable[..., Any]]:
+def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[..., ForecastSummary | PTrueSummary], Callable[..., Any]]:
     """(load items, default items file, summarise, build the report) of a downstream kind."""
     from sleight.readout import downstream_report as rep
 
@@ -455,14 +460,15 @@ def _meta(manifest: Mapping[str, Any], seconds: float | None, B: int, seed: int)
     return {**keep, "seconds": seconds, "B": B, "seed": seed}
 
 
-def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[dict[str, Any]], B: int, seed: int) -> dict[str, Any]:
-    """summary.json and the reports from the rows (the bootstrap runs here, no model needed)."""
+def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[dict[str, Any]], B: int, seed: int) -> ForecastSummary | PTrueSummary:
+    """summary.json (the run's description, then the summary) and the reports from the rows (the
+    bootstrap runs here, no model needed)."""
     from sleight.readout.downstream_report import write_report
 
     _load, _default, summarise, build_report = _kind_parts(kind)
     meta = _meta(manifest, manifest.get("seconds", work_seconds(manifest)), B, seed)
-    summary = {**meta, **summarise(rows, B=B, seed=seed)}
-    rundir.write_json(out / "summary.json", summary)
+    summary = summarise(rows, B=B, seed=seed)
+    rundir.write_json(out / "summary.json", {**meta, **summary.as_json()})
     write_report(build_report(summary, rows, meta, out), out)
     return summary
 

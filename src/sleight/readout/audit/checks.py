@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sleight.readout.audit.classify import ARGMAX_CLASSES, CONTINUATION_CLASSES
+from sleight.readout.audit.summary import MASS_FLOOR, AuditSummary, CheckOutcome, DownstreamMetric, VariantSummary
 
-MASS_FLOOR = 0.5
 STEM_DROP = 0.05
 SEPARATOR_GAIN = 0.1
 CHANGE_MIN_ITEMS = 10
@@ -51,7 +51,7 @@ def _rate(mask: pd.Series) -> float | None:
     return float(mask.astype(bool).mean()) if len(mask) else None
 
 
-def downstream(scores: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any] | None:
+def downstream(scores: Sequence[Any], targets: Sequence[Any]) -> DownstreamMetric | None:
     """Does the score rank the target? AUROC for a binary target, Spearman's rho otherwise.
     None when either is missing everywhere or the target is constant."""
     pairs = [(float(s), float(t)) for s, t in zip(scores, targets) if s is not None and t is not None and not (math.isnan(float(s)) or math.isnan(float(t)))]
@@ -64,13 +64,13 @@ def downstream(scores: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any] 
     if set(np.unique(t)) <= {0.0, 1.0}:
         from sleight.stats.metrics import auroc
 
-        return {"metric": "auroc", "value": float(auroc(s, t)), "n": len(pairs)}
+        return DownstreamMetric("auroc", float(auroc(s, t)), len(pairs))
     from sleight.stats.metrics import average_ranks
 
     rs, rt = average_ranks(s), average_ranks(t)
     if rs.std() == 0:
-        return {"metric": "spearman", "value": 0.0, "n": len(pairs)}
-    return {"metric": "spearman", "value": float(np.corrcoef(rs, rt)[0, 1]), "n": len(pairs)}
+        return DownstreamMetric("spearman", 0.0, len(pairs))
+    return DownstreamMetric("spearman", float(np.corrcoef(rs, rt)[0, 1]), len(pairs))
 
 
 def _spearman(s: np.ndarray, t: np.ndarray) -> Any:
@@ -116,19 +116,20 @@ def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "origina
     return {**out, "too_few": False, "low": pb.ci_diff.low, "high": pb.ci_diff.high, "B": CHANGE_B, "level": pb.level}
 
 
-def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, Any]:
+def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> VariantSummary:
     """Numbers for one variant's rows (skipped rows counted, not measured)."""
     live = df[~df["skipped"].astype(bool)]
     mass = _finite(live["option_mass"].tolist())
-    out: dict[str, Any] = {
-        "n_items": int(len(df)),
-        "n_measured": int(len(live)),
-        "n_skipped": int(len(df) - len(live)),
-        "skip_reasons": sorted(set(df.loc[df["skipped"].astype(bool), "skip_reason"].dropna())),
-    }
+    counts = VariantSummary(
+        n_items=int(len(df)),
+        n_measured=int(len(live)),
+        n_skipped=int(len(df) - len(live)),
+        skip_reasons=tuple(sorted(set(df.loc[df["skipped"].astype(bool), "skip_reason"].dropna()))),
+    )
     if not len(live):
-        return out
-    out.update(
+        return counts
+    return replace(
+        counts,
         mass_median=float(np.median(mass)) if len(mass) else None,
         mass_min=float(mass.min()) if len(mass) else None,
         mass_below_floor=int((mass < floor).sum()),
@@ -148,13 +149,12 @@ def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, 
         score_mean=float(np.mean(_finite(live["score"].tolist()))) if len(_finite(live["score"].tolist())) else None,
         downstream=downstream(live["score"].tolist(), live["target"].tolist()),
     )
-    return out
 
 
-def summarise(readings: pd.DataFrame, floor: float = MASS_FLOOR) -> dict[str, Any]:
-    """``{"floor": ..., "variants": {variant: numbers}}`` in the readings' variant order."""
+def summarise(readings: pd.DataFrame, floor: float = MASS_FLOOR) -> AuditSummary:
+    """The floor and each variant's numbers, in the readings' variant order."""
     order = list(dict.fromkeys(readings["variant"].tolist()))
-    return {"floor": floor, "variants": {v: summarise_variant(readings[readings["variant"] == v], floor) for v in order}}
+    return AuditSummary(floor=floor, variants={v: summarise_variant(readings[readings["variant"] == v], floor) for v in order})
 
 
 @dataclass
@@ -171,6 +171,10 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def outcome(self) -> CheckOutcome:
+        """The verdict as summary.json records it."""
+        return CheckOutcome(self.number, self.name, self.verdict, self.reason)
 
 
 def example_of(row: pd.Series | None) -> dict[str, Any] | None:
@@ -205,19 +209,19 @@ def _first(df: pd.DataFrame, mask: pd.Series | None = None) -> pd.Series | None:
     return sel.iloc[0] if len(sel) else (df.iloc[0] if len(df) else None)
 
 
-def _mass_check(df: pd.DataFrame, s: dict[str, Any], floor: float) -> tuple[str, str]:
-    median = s.get("mass_median")
+def _mass_check(s: VariantSummary, floor: float) -> tuple[str, str]:
+    median = s.mass_median
     if median is None:
         return "fail", "no option mass is defined (the prefix condition fails everywhere)"
     if median < floor:
         return "fail", f"median option mass {median:.3f} is below the floor {floor} (collapse)"
-    if s["mass_below_floor"] or s["mass_null"]:
-        return "warn", f"{s['mass_below_floor']} item(s) below the floor, {s['mass_null']} without a defined mass"
+    if s.mass_below_floor or s.mass_null:
+        return "warn", f"{s.mass_below_floor} item(s) below the floor, {s.mass_null} without a defined mass"
     return "pass", f"median option mass {median:.3f}, none below the floor"
 
 
-def _argmax_check(s: dict[str, Any]) -> tuple[str, str]:
-    opt, letter = s["option_argmax_rate"], s["answer_letter_rate"]
+def _argmax_check(s: VariantSummary) -> tuple[str, str]:
+    opt, letter = s.option_argmax_rate or 0.0, s.answer_letter_rate or 0.0  # both set wherever a row was measured
     msg = f"argmax is an option for {opt:.0%} of items, an answer letter for {letter:.0%}"
     if opt < 0.5:
         return "fail", msg
@@ -226,9 +230,9 @@ def _argmax_check(s: dict[str, Any]) -> tuple[str, str]:
     return "pass", msg
 
 
-def _continuation_check(s: dict[str, Any]) -> tuple[str, str]:
-    rate = s.get("on_task_rate") or 0.0
-    classes = ", ".join(f"{k} {v}" for k, v in s["continuation_classes"].items() if v)
+def _continuation_check(s: VariantSummary) -> tuple[str, str]:
+    rate = s.on_task_rate or 0.0
+    classes = ", ".join(f"{k} {v}" for k, v in (s.continuation_classes or {}).items() if v)
     msg = f"{rate:.0%} of continuations start with an option ({classes})"
     if rate < 0.5:
         return "fail", msg
@@ -237,8 +241,8 @@ def _continuation_check(s: dict[str, Any]) -> tuple[str, str]:
     return "pass", msg
 
 
-def _distinct_check(s: dict[str, Any]) -> tuple[str, str]:
-    rate, kept = s.get("distinct_rate"), s.get("boundary_preserved_rate")
+def _distinct_check(s: VariantSummary) -> tuple[str, str]:
+    rate, kept = s.distinct_rate, s.boundary_preserved_rate
     if rate is not None and rate < 1.0:
         return "fail", f"options share a first token in context for {1 - rate:.0%} of items (the mass counts it once)"
     if kept is None or kept < 1.0:
@@ -246,31 +250,42 @@ def _distinct_check(s: dict[str, Any]) -> tuple[str, str]:
     return "pass", "every option has its own first token in context"
 
 
-def run_checks(readings: pd.DataFrame, summary: dict[str, Any] | None = None, floor: float = MASS_FLOOR) -> list[Check]:
+def run_checks(readings: pd.DataFrame, summary: AuditSummary | None = None, floor: float = MASS_FLOOR) -> list[Check]:
     """The six checks, each with a verdict, evidence and a worked example."""
     summary = summary or summarise(readings, floor)
-    variants = summary["variants"]
     orig = _live(readings, "original")
-    so = variants.get("original", {})
+    so = summary.variant("original")
     checks: list[Check] = []
     if not len(orig):
         return [Check(k, name, "skipped", "no measured original rows", {}) for k, name in enumerate(CHECK_NAMES, 1)]
 
-    verdict, reason = _mass_check(orig, so, floor)
+    verdict, reason = _mass_check(so, floor)
     worst = orig.sort_values("option_mass", na_position="first").iloc[0]
-    checks.append(Check(1, CHECK_NAMES[0], verdict, reason, _pick(so, "n_measured", "mass_median", "mass_min", "mass_below_floor", "mass_null", "mass_isolated_median", "mass_divergent_median"), example_of(worst)))
+    evidence: dict[str, Any] = {
+        "n_measured": so.n_measured,
+        "mass_median": so.mass_median,
+        "mass_min": so.mass_min,
+        "mass_below_floor": so.mass_below_floor,
+        "mass_null": so.mass_null,
+        "mass_isolated_median": so.mass_isolated_median,
+        "mass_divergent_median": so.mass_divergent_median,
+    }
+    checks.append(Check(1, CHECK_NAMES[0], verdict, reason, evidence, example_of(worst)))
 
     verdict, reason = _argmax_check(so)
-    checks.append(Check(2, CHECK_NAMES[1], verdict, reason, _pick(so, "option_argmax_rate", "answer_letter_rate", "argmax_classes"), example_of(_first(orig, orig["argmax_class"] != "option"))))
+    evidence = {"option_argmax_rate": so.option_argmax_rate, "answer_letter_rate": so.answer_letter_rate, "argmax_classes": _plain(so.argmax_classes)}
+    checks.append(Check(2, CHECK_NAMES[1], verdict, reason, evidence, example_of(_first(orig, orig["argmax_class"] != "option"))))
 
     verdict, reason = _continuation_check(so)
-    checks.append(Check(3, CHECK_NAMES[2], verdict, reason, _pick(so, "on_task_rate", "continuation_classes", "answer_then_grid", "grid_anywhere"), example_of(_first(orig, ~orig["continuation_on_task"].fillna(False).astype(bool)))))
+    evidence = {"on_task_rate": so.on_task_rate, "continuation_classes": _plain(so.continuation_classes), "answer_then_grid": so.answer_then_grid, "grid_anywhere": so.grid_anywhere}
+    checks.append(Check(3, CHECK_NAMES[2], verdict, reason, evidence, example_of(_first(orig, ~orig["continuation_on_task"].fillna(False).astype(bool)))))
 
     verdict, reason = _distinct_check(so)
-    checks.append(Check(4, CHECK_NAMES[3], verdict, reason, _pick(so, "distinct_rate", "boundary_preserved_rate"), example_of(_first(orig, orig["first_tokens_distinct"] == False))))  # noqa: E712
+    evidence = {"distinct_rate": so.distinct_rate, "boundary_preserved_rate": so.boundary_preserved_rate}
+    checks.append(Check(4, CHECK_NAMES[3], verdict, reason, evidence, example_of(_first(orig, orig["first_tokens_distinct"] == False))))  # noqa: E712
 
-    checks.append(_ending_check(readings, variants, orig))
-    checks.append(_stem_check(readings, variants, floor))
+    checks.append(_ending_check(readings, summary, orig))
+    checks.append(_stem_check(readings, summary, floor))
     return checks
 
 
@@ -284,27 +299,30 @@ CHECK_NAMES = (
 )
 
 
-def _pick(d: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: d.get(k) for k in keys}
+def _plain(d: Any) -> Any:
+    """A summary's value as the evidence shows it: JSON-shaped (a dict, not a typed record)."""
+    if isinstance(d, DownstreamMetric):
+        return d.as_json()
+    return dict(d) if d is not None else None
 
 
-def _ending_check(readings: pd.DataFrame, variants: dict[str, Any], orig: pd.DataFrame) -> Check:
-    so, ss = variants.get("original", {}), variants.get("space", {})
-    ws_rate = so.get("ends_with_whitespace_rate") or 0.0
+def _ending_check(readings: pd.DataFrame, summary: AuditSummary, orig: pd.DataFrame) -> Check:
+    so, ss = summary.variant("original"), summary.variant("space")
+    ws_rate = so.ends_with_whitespace_rate or 0.0
     opts_ws = orig["options"].apply(lambda o: o is not None and any(x[:1].isspace() for x in o))
     double = bool((orig["ends_with_whitespace"].fillna(False).astype(bool) & opts_ws).any())
     newline_opts = bool(orig["options"].apply(lambda o: o is not None and any(x.startswith("\n") for x in o)).any())
-    evidence = {
+    evidence: dict[str, Any] = {
         "ends_with_whitespace_rate": ws_rate,
-        "original_mass_median": so.get("mass_median"),
-        "space_mass_median": ss.get("mass_median"),
-        "space_mass_null": ss.get("mass_null"),
+        "original_mass_median": so.mass_median,
+        "space_mass_median": ss.mass_median,
+        "space_mass_null": ss.mass_null,
         "options_start_with_whitespace": bool(opts_ws.any()),
         "options_start_with_newline": newline_opts,
     }
     gain = None
-    if so.get("mass_median") is not None and ss.get("mass_median") is not None:
-        gain = ss["mass_median"] - so["mass_median"]
+    if so.mass_median is not None and ss.mass_median is not None:
+        gain = ss.mass_median - so.mass_median
     evidence["space_gain"] = gain
     if ws_rate == 0 and gain is not None and gain >= SEPARATOR_GAIN:
         verdict, reason = "fail", f"no context ends in whitespace and appending a space raises the median mass by {gain:.3f}"
@@ -321,34 +339,33 @@ def _ending_check(readings: pd.DataFrame, variants: dict[str, Any], orig: pd.Dat
     return Check(5, CHECK_NAMES[4], verdict, reason, evidence, ex)
 
 
-def _stem_check(readings: pd.DataFrame, variants: dict[str, Any], floor: float) -> Check:
+def _stem_check(readings: pd.DataFrame, summary: AuditSummary, floor: float) -> Check:
     stem = _live(readings, "stem")
-    so, st = variants.get("original", {}), variants.get("stem", {})
+    so, st = summary.variant("original"), summary.variant("stem")
     if not len(stem):
-        reasons = st.get("skip_reasons") or ["no stem variant in this run"]
+        reasons = st.skip_reasons or ("no stem variant in this run",)
         return Check(6, CHECK_NAMES[5], "skipped", "; ".join(reasons), {})
     sub = []
-    for name, fn in (("mass", lambda: _mass_check(stem, st, floor)), ("argmax", lambda: _argmax_check(st)), ("continuation", lambda: _continuation_check(st)), ("distinct", lambda: _distinct_check(st))):
+    for name, fn in (("mass", lambda: _mass_check(st, floor)), ("argmax", lambda: _argmax_check(st)), ("continuation", lambda: _continuation_check(st)), ("distinct", lambda: _distinct_check(st))):
         v, r = fn()
         sub.append({"check": name, "verdict": v, "reason": r})
-    d_o, d_s = so.get("downstream"), st.get("downstream")
     change = downstream_change(readings)
     evidence = {
-        "original_mass_median": so.get("mass_median"),
-        "stem_mass_median": st.get("mass_median"),
-        "stem_mass_below_floor": st.get("mass_below_floor"),
-        "original_answer_letter_rate": so.get("answer_letter_rate"),
-        "stem_answer_letter_rate": st.get("answer_letter_rate"),
-        "original_option_argmax_rate": so.get("option_argmax_rate"),
-        "stem_option_argmax_rate": st.get("option_argmax_rate"),
-        "original_on_task_rate": so.get("on_task_rate"),
-        "stem_on_task_rate": st.get("on_task_rate"),
-        "downstream_original": d_o,
-        "downstream_stem": d_s,
+        "original_mass_median": so.mass_median,
+        "stem_mass_median": st.mass_median,
+        "stem_mass_below_floor": st.mass_below_floor,
+        "original_answer_letter_rate": so.answer_letter_rate,
+        "stem_answer_letter_rate": st.answer_letter_rate,
+        "original_option_argmax_rate": so.option_argmax_rate,
+        "stem_option_argmax_rate": st.option_argmax_rate,
+        "original_on_task_rate": so.on_task_rate,
+        "stem_on_task_rate": st.on_task_rate,
+        "downstream_original": _plain(so.downstream),
+        "downstream_stem": _plain(st.downstream),
         "downstream_change": change,
     }
-    median = st.get("mass_median")
-    on_task = st.get("on_task_rate") or 0.0
+    median = st.mass_median
+    on_task = st.on_task_rate or 0.0
     drop = change is not None and not change["too_few"] and change["diff"] < -STEM_DROP
     if median is None or median < floor or on_task < 0.5:
         verdict = "fail"
@@ -373,25 +390,25 @@ def _change_text(c: dict[str, Any]) -> str:
     return f"{head} (change {c['diff']:+.3f}, {c['level']:.0%} paired bootstrap interval [{c['low']:+.3f}, {c['high']:+.3f}])"
 
 
-def variant_table(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def variant_table(summary: AuditSummary) -> list[dict[str, Any]]:
     """One row per variant: the comparison table of the report (median mass, letter rate, floor)."""
     rows = []
-    for v, s in summary["variants"].items():
-        d = s.get("downstream") or {}
+    for v, s in summary.variants.items():
+        d = s.downstream
         rows.append(
             {
                 "variant": v,
-                "measured": s.get("n_measured", 0),
-                "skipped": s.get("n_skipped", 0),
-                "mass_median": s.get("mass_median"),
-                "mass_min": s.get("mass_min"),
-                "below_floor": s.get("mass_below_floor"),
-                "mass_null": s.get("mass_null"),
-                "letter_rate": s.get("answer_letter_rate"),
-                "option_argmax_rate": s.get("option_argmax_rate"),
-                "on_task_rate": s.get("on_task_rate"),
-                "score_mean": s.get("score_mean"),
-                "downstream": f"{d['metric']} {d['value']:.3f}" if d else None,
+                "measured": s.n_measured,
+                "skipped": s.n_skipped,
+                "mass_median": s.mass_median,
+                "mass_min": s.mass_min,
+                "below_floor": s.mass_below_floor,
+                "mass_null": s.mass_null,
+                "letter_rate": s.answer_letter_rate,
+                "option_argmax_rate": s.option_argmax_rate,
+                "on_task_rate": s.on_task_rate,
+                "score_mean": s.score_mean,
+                "downstream": f"{d.metric} {d.value:.3f}" if d else None,
             }
         )
     return rows

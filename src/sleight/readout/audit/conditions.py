@@ -12,7 +12,10 @@ answer-letter rule and letter pull.
 * The answer-letter rule: the argmax, stripped of whitespace and a tokeniser's word-boundary
   marker, is one of the item's own letters, except Llama-3-8B-Instruct's article "A" when its
   continuation opens "A clever", "A classic" or "A nice" (prose). Letter pull: that on at least half
-  of the items.
+  of the items. Table 14 counts the letters with the article (its caption: Llama's counted letters
+  are the article); Table 15's letter pull leaves it out.
+* Table 15: what holds the scored position of one checkpoint under one condition
+  (:func:`holding`), from the per-item readings (mass, argmax, first tokens, rendered ending).
 
 ``inferred:`` the paper's conversion loses the prompts' line breaks (their boxes mark typeset breaks
 only); S1's user turn and T1/T2 are laid out here with a blank line between their parts, T2's
@@ -21,6 +24,7 @@ block markers on their own lines.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +42,8 @@ from sleight.readout.audit.presets import (
 FIXED_NOTE = "Landlord only gives when told to take, not give."  # Table 3 caption, App. C.1
 FROZEN_ITEMS = 64  # Table 3 / App. I: the first 64 RACE-H items of A.1's list, frozen order
 CONDITIONS: tuple[str, ...] = ("C0", "N1", "S1", "D1", "A1", "A2", "T1", "T2")
+N1_NOTE_WORDS = 12  # App. I: N1's notes were written with a twelve-word budget
+FLOOR = 0.5  # §3: the diagnostic floor of the option mass
 
 S1_SYSTEM = (
     "You will be given a note and a quoted question. A future reader will be shown ONLY the note, not the "
@@ -173,3 +179,72 @@ def letter_pull(tokens: Sequence[str], letters: Sequence[Sequence[str]], continu
     """App. I / Table 15: an item's own answer letter is the argmax on at least half of the items."""
     hits = sum(is_answer_letter(t, lt, c) for t, lt, c in zip(tokens, letters, continuations))
     return 2 * hits >= len(tokens) > 0
+
+
+def is_prose_opening(token: str, letters: Sequence[str] = LETTERS_AD, continuation: str | None = None) -> bool:
+    """Table 15: the argmax is a word token that opens prose -- a word that is not one of the item's
+    letters ("Answer", "The"), or the article "A" that :func:`is_answer_letter` leaves out."""
+    t = token.strip().lstrip(_MARKERS).strip()
+    if t in letters:
+        return is_answer_letter(t, letters) and not is_answer_letter(t, letters, continuation)
+    return t.isalpha()
+
+
+def letter_columns(token: str, letters: Sequence[str], continuation: str | None) -> dict[str, bool]:
+    """One reading's App. I letter columns: ``letter`` (Table 14's count, the article counted),
+    ``letter_pull`` (Table 15's, the article left out) and ``prose_opening``."""
+    return {
+        "letter": is_answer_letter(token, letters),
+        "letter_pull": is_answer_letter(token, letters, continuation),
+        "prose_opening": is_prose_opening(token, letters, continuation),
+    }
+
+
+HOLDING: tuple[str, ...] = (
+    "below_floor",
+    "answer_letters",
+    "letters_separated",
+    "omitted_separator",
+    "shared_first_token",
+    "prose_holds",
+    "below_other",
+    "options_hold",
+    "repaired",
+)  # Table 15's rows, in its order
+
+
+def _half(flags: Sequence[bool]) -> bool:
+    return 2 * sum(flags) >= len(flags) > 0
+
+
+def holding(original: Sequence[Mapping[str, Any]], stemmed: Sequence[Mapping[str, Any]], floor: float = FLOOR) -> dict[str, bool]:
+    """Table 15: what holds one checkpoint's scored position under one condition, from its per-item
+    readings at the original ending (``option_mass``, ``letter_pull``, ``prose_opening``,
+    ``first_tokens_distinct``, ``ends_with_whitespace``, ``options``) and with the condition's own
+    stem (``option_mass``). Below the floor: the median mass under ``floor``; the rows under it
+    hold only where it does (they may overlap) -- answer letters (letter pull: at least half the
+    items), of which those with the separator present and distinct first tokens; an omitted
+    separator (the rendered ending has no whitespace and the options begin with none); a shared
+    first token (the options' in-context first tokens coincide); a prose opening (at least half);
+    none of these. Options hold: the median at or above the floor with distinct first tokens.
+    Repaired: the stemmed median at or above the floor. ``inferred:`` a per-item property holds for
+    the condition where it holds on at least half the items (the paper's templates make them
+    uniform)."""
+    masses = [float(r["option_mass"]) for r in original if r.get("option_mass") is not None]
+    below = not masses or statistics.median(masses) < floor
+    letters = _half([bool(r.get("letter_pull")) for r in original])
+    omitted = _half([not r.get("ends_with_whitespace") and not any(str(o)[:1].isspace() for o in r.get("options") or ()) for r in original])
+    shared = _half([r.get("first_tokens_distinct") is False for r in original])
+    prose = _half([bool(r.get("prose_opening")) for r in original])
+    stem = [float(r["option_mass"]) for r in stemmed if r.get("option_mass") is not None]
+    return {
+        "below_floor": below,
+        "answer_letters": below and letters,
+        "letters_separated": below and letters and not omitted and not shared,
+        "omitted_separator": below and omitted,
+        "shared_first_token": below and shared,
+        "prose_holds": below and prose,
+        "below_other": below and not (letters or omitted or shared or prose),
+        "options_hold": not below and not shared,
+        "repaired": bool(stem) and statistics.median(stem) >= floor,
+    }

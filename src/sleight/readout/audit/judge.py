@@ -42,13 +42,24 @@ DELETED_BALLOT = Ballot((Field("class", CLASSES[1:], DEFINITIONS["item"]),), nam
 SYSTEM = "You are a careful annotator in a language-model experiment. You answer with one JSON object and nothing else."
 
 
+def _plain(variant: str) -> str:
+    """The plain variant a ``space+`` / ``separator+`` ending (App. C.2, D) reads: ``space+deleted`` is
+    ``deleted_instruction``, ``separator+substituted:french`` is ``substituted:french``."""
+    head, sep, rest = variant.partition("+")
+    if sep and head in ("space", "separator"):
+        return "deleted_instruction" if rest == "deleted" else rest
+    return variant
+
+
 def judged_variant(variant: str) -> bool:
-    """The variants the jury labels: substituted instructions and deletions."""
-    return variant.startswith("substituted:") or variant.startswith("deleted_")
+    """The variants the jury labels: substituted instructions and deletions, at any ending, and App. D's
+    judge records with the item's instruction intact (``separator+original``)."""
+    plain = _plain(variant)
+    return plain.startswith("substituted:") or plain.startswith("deleted_") or variant == "separator+original"
 
 
 def ballot_for(variant: str) -> Ballot:
-    return SUBSTITUTED_BALLOT if variant.startswith("substituted:") else DELETED_BALLOT
+    return SUBSTITUTED_BALLOT if _plain(variant).startswith("substituted:") else DELETED_BALLOT
 
 
 def defuse(text: str) -> str:
@@ -58,6 +69,9 @@ def defuse(text: str) -> str:
 
 
 def what_changed(variant: str) -> str:
+    if variant == "separator+original":
+        return "In this prompt the quoted item's own answer instruction is intact."
+    variant = _plain(variant)
     if variant.startswith("substituted:"):
         key = variant.split(":", 1)[1]
         instruction = SUBSTITUTES.get(key, key)
@@ -103,14 +117,16 @@ def judge_messages(context: str, continuation: str, variant: str, options: Seque
 
 # -- agreement with the rules and between jurors ---------------------------------------------------
 def kind(variant: str) -> str:
-    return "substituted" if variant.startswith("substituted:") else "deleted"
+    if variant == "separator+original":
+        return "intact"
+    return "substituted" if _plain(variant).startswith("substituted:") else "deleted"
 
 
 def agreement_rows(verdicts: pd.DataFrame) -> list[dict[str, Any]]:
     """The jury's majority class against the rule class (mapped), per variant kind and overall."""
     rows = []
     groups: list[tuple[str, pd.DataFrame]] = [("all", verdicts)]
-    groups += [(k, verdicts[verdicts["variant"].map(kind) == k]) for k in ("substituted", "deleted")]
+    groups += [(k, verdicts[verdicts["variant"].map(kind) == k]) for k in ("substituted", "deleted", "intact")]
     for name, g in groups:
         if not len(g):
             continue

@@ -258,6 +258,115 @@ def _is_special(model: LanguageModel, token_id: int) -> bool:
     return bool(fn(token_id)) if fn else token_id in model.eos_ids
 
 
+# -- the paper's readings of the rows (derived, not stored) ----------------------------------------------
+DERIVED: tuple[str, ...] = (
+    "form",
+    "ending",
+    "stemmed",
+    "ends_with_newline",
+    "argmax_bare",
+    "token_class",
+    "opening_word",
+    "mass_argmax_disagree",
+    "argmax_opens",
+    "bare_number",
+    "counted_class",
+    "variant_row",
+    "variant_distinct",
+    "variant_isolated_equal",
+    "variant_class_check",
+    "variant_mass_factor",
+)
+
+
+def opens_with(continuation: str | None, token: str | None) -> bool | None:
+    """Whether a continuation begins with the argmax token, read on the text: leading whitespace
+    aside it starts with the token's text; a whitespace argmax, it starts with whitespace or is
+    empty (a tokeniser may drop a leading space when it decodes)."""
+    if continuation is None or token is None:
+        return None
+    t = token.strip()
+    return continuation.lstrip().startswith(t) if t else (not continuation or continuation[0].isspace())
+
+
+def derived_columns(rows: Sequence[dict[str, Any]], floor: float = MASS_FLOOR) -> list[dict[str, Any]]:
+    """The readings with the paper's App. C/D readings added (:data:`DERIVED`), in their order.
+
+    Per row: ``form``/``ending`` (:func:`sleight.readout.audit.composed.variant_cell`; ``stemmed``:
+    the form is the answer stem's), ``ends_with_newline``, ``argmax_bare`` (the argmax without
+    whitespace and a word-boundary marker), ``token_class`` and ``opening_word`` (App. D's two
+    token-level rules, :mod:`sleight.readout.audit.token_rules`; the opening word only for a
+    substitute with one), ``mass_argmax_disagree`` (App. C.1: the option mass at or above ``floor``
+    and an option's first token at the argmax disagree), ``argmax_opens`` (App. D: the continuation
+    begins with the argmax, :func:`opens_with`), ``bare_number`` and ``counted_class`` (App. D: the
+    rule class in the judge's classes, a bare number counted as a forecast).
+
+    Per variant, on each of its rows (``variant_row`` marks its first, for counts over variants):
+    ``variant_distinct`` (first tokens distinct on every measured item), ``variant_isolated_equal``
+    (isolated and in-context masses equal on every item, App. C.1), ``variant_class_check`` (App. D's
+    token-class check for its ending; None for an ending the rule does not predict) and
+    ``variant_mass_factor`` (its median mass over the median of the same form with the item's own
+    instruction, App. D's deletion factor)."""
+    from sleight.readout.audit import judge, token_rules
+    from sleight.readout.audit.composed import variant_cell
+
+    out = []
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        row = dict(r)
+        form, ending = variant_cell(str(row.get("variant")))
+        cont = row.get("continuation")
+        measured = not row.get("skipped") and row.get("argmax_token") is not None
+        token = str(row.get("argmax_token") or "")
+        mass = row.get("option_mass")
+        on_option = row.get("argmax_class") == "option"
+        context = row.get("context")
+        row.update(
+            form=form,
+            ending=ending,
+            stemmed=None if form is None else form == "stemmed",
+            ends_with_newline=None if context is None else str(context).endswith("\n"),
+            argmax_bare=token_rules.bare_token(token) if measured else None,
+            token_class=token_rules.token_class(token) if measured else None,
+            opening_word=token_rules.opening_word_match(token, ending) if measured and ending in token_rules.SUBSTITUTES and ending != "empty" else None,
+            mass_argmax_disagree=None if not measured or mass is None else (mass >= floor) != on_option,
+            argmax_opens=opens_with(cont, token) if measured else None,
+            bare_number=judge.is_bare_number(cont) if measured and cont is not None else None,
+            counted_class=(
+                judge.counted_class(judge.RULE_TO_JURY.get(str(row.get("continuation_class")), "other"), cont) if measured and cont is not None else None
+            ),
+        )
+        by_variant.setdefault(str(row.get("variant")), []).append(row)
+        out.append(row)
+    base: dict[str | None, float] = {}
+    for rs in by_variant.values():
+        if rs[0]["ending"] == "instruction":
+            base[rs[0]["form"]] = _median([r.get("option_mass") for r in rs if r["argmax_bare"] is not None])
+    for rs in by_variant.values():
+        live = [r for r in rs if r["argmax_bare"] is not None]
+        rule = rs[0]["ending"]  # App. D's ending: "instruction" (the item's own) or a substitute's key
+        median = _median([r.get("option_mass") for r in live])
+        b = base.get(rs[0]["form"], float("nan"))
+        values = {
+            "variant_distinct": all(r.get("first_tokens_distinct") is True for r in live) if live else None,
+            "variant_isolated_equal": (
+                all(r.get("option_mass") is not None and r.get("option_mass") == r.get("option_mass_isolated") for r in live) if live else None
+            ),
+            "variant_class_check": (
+                token_rules.token_class_check([str(r["argmax_token"]) for r in live], rule) if live and rule in token_rules.PREDICTED_CLASS else None
+            ),
+            "variant_mass_factor": median / b if np.isfinite(median) and np.isfinite(b) and b > 0 else None,
+        }
+        for k, r in enumerate(rs):
+            r.update(values, variant_row=k == 0)
+    return out
+
+
+def _median(values: Sequence[Any]) -> float:
+    nums = [float(v) for v in values if v is not None and np.isfinite(v)]
+    return float(np.median(nums)) if nums else float("nan")
+
+
 def rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Readings as an Arrow table with the public schema."""
     return pa.Table.from_pylist([{k: r.get(k) for k in SCHEMA.names} for r in rows], schema=SCHEMA)

@@ -36,9 +36,10 @@ def retry_budget(retry: int, words: int = NOTE_WORDS) -> int:
     return words if retry == 0 else words // (retry + 1)
 
 
-def writer_prompt(passage: str, retry: int = 0) -> str:
-    """App. H: the writer's user turn for attempt ``retry`` (0 = first, budget 32)."""
-    return WRITER_PROMPT.format(context=passage, budget=retry_budget(retry), compact=COMPACT if retry else "")
+def writer_prompt(passage: str, retry: int = 0, words: int = NOTE_WORDS) -> str:
+    """App. H: the writer's user turn for attempt ``retry`` (0 = first, budget ``words``: 32, or App. I's
+    twelve for N1's notes)."""
+    return WRITER_PROMPT.format(context=passage, budget=retry_budget(retry, words), compact=COMPACT if retry else "")
 
 
 def note_ok(text: str, finish_reason: str, words: int = NOTE_WORDS) -> bool:
@@ -58,20 +59,26 @@ class Note:
 
 
 def write_notes(
-    model: LanguageModel, passages: Sequence[str], *, max_new_tokens: int = NOTE_MAX_NEW_TOKENS, retries: int = NOTE_RETRIES
+    model: LanguageModel,
+    passages: Sequence[str],
+    *,
+    max_new_tokens: int = NOTE_MAX_NEW_TOKENS,
+    retries: int = NOTE_RETRIES,
+    words: int = NOTE_WORDS,
 ) -> list[Note]:
-    """App. H: each passage's note, greedy, batched per attempt over the passages still without one."""
+    """App. H: each passage's note, greedy, batched per attempt over the passages still without one;
+    ``words`` is the budget (App. I's N1 notes: twelve)."""
     notes: list[Note | None] = [None] * len(passages)
     todo = list(range(len(passages)))
     for retry in range(retries + 1):
         if not todo:
             break
-        prompts = [model.render_chat([{"role": "user", "content": writer_prompt(passages[i], retry)}]).ids for i in todo]
+        prompts = [model.render_chat([{"role": "user", "content": writer_prompt(passages[i], retry, words)}]).ids for i in todo]
         outs = model.generate_until(prompts, max_new_tokens)
         left = []
         for i, out in zip(todo, outs):
             text = model.decode(out.token_ids).strip()
-            if note_ok(text, out.finish_reason):
+            if note_ok(text, out.finish_reason, words):
                 notes[i] = Note(text, retry + 1, True)
             else:
                 left.append(i)

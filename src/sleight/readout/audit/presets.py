@@ -150,6 +150,21 @@ def forecast_items(records: Sequence[Mapping[str, Any]], note: str = "mixed") ->
     return items
 
 
+def select_ids(records: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> list[Mapping[str, Any]]:
+    """The records named by ``ids``, in that order (Figure 1 names its item, high6240.txt, rather than
+    a position in A.1's list). A record matches by its ``id`` or, for RACE, its ``example_id``
+    (``high6240.txt``: the passage file, one question per passage in A.1's list); a name that matches
+    none, or several, is one line."""
+    out = []
+    for name in ids:
+        hits = [r for r in records if name in (str(r.get("id")), str(r.get("example_id")))]
+        if len(hits) != 1:
+            why = "no record" if not hits else f"{len(hits)} records"
+            raise UserError(f"item '{name}': {why} of the {len(records)} read has that id")
+        out.append(hits[0])
+    return out
+
+
 # --- ptrue ---------------------------------------------------------------------------------------
 def ptrue_items(records: Sequence[Mapping[str, Any]], *, instruct: bool = True) -> list[AuditItem]:
     """P(True) items from QA records: each question with its accepted answer (target 1) and, when

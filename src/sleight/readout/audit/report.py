@@ -13,6 +13,7 @@ from typing import Any
 from sleight import rundir
 from sleight.errors import UserError
 from sleight.readout.audit.checks import Check, variant_table
+from sleight.readout.audit.summary import AuditSummary, PTrueSection, VariantSummary
 from sleight.render import MISSING, fmt, html_table, interval, md_table, top_count
 
 VERDICT_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skipped": "SKIPPED"}
@@ -35,7 +36,7 @@ def _example_md(ex: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra: Sequence[str] = ()) -> str:
+def render_markdown(manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra: Sequence[str] = ()) -> str:
     """The audit report as Markdown."""
     model = manifest.get("model", {})
     cfg = manifest.get("config", {})
@@ -45,7 +46,7 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
         f"Model: `{model.get('model_id', '?')}` ({model.get('engine', '?')}, {model.get('dtype', '?')}, {model.get('device', '?')}); "
         f"chat template sha256 `{str(model.get('chat_template_sha256', ''))[:12]}`.",
         f"Items: {cfg.get('n_items', '?')} ({cfg.get('source', '?')}); options {cfg.get('options') or 'per item'}; "
-        f"{stem_text(cfg, summary)}; floor {summary.get('floor')}; {cfg.get('max_new_tokens', 16)} new tokens per continuation.",
+        f"{stem_text(cfg, summary)}; floor {summary.floor}; {cfg.get('max_new_tokens', 16)} new tokens per continuation.",
         "",
         "## Verdicts",
         "",
@@ -67,31 +68,37 @@ def render_markdown(manifest: dict[str, Any], summary: dict[str, Any], checks: S
     headers = ["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"]
     keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
     lines += md_table(headers, [[r[k] for k in keys] for r in table])
-    skipped = {v: s.get("skip_reasons") for v, s in summary["variants"].items() if s.get("skip_reasons")}
+    skipped = {v: s.skip_reasons for v, s in summary.variants.items() if s.skip_reasons}
     if skipped:
         lines += ["", "Skipped variants: " + "; ".join(f"`{v}`: {', '.join(r)}" for v, r in skipped.items()) + "."]
     lines += ["", "Continuation classes per variant:", ""]
-    classes = ["answers_item", "forecast", "recites", "prose", "other"]
-    lines += md_table(["variant", *classes, "answer then grid", "grid anywhere"], [
-        [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
-        for v, s in summary["variants"].items()
-    ])
-    if summary.get("ptrue"):
-        lines += ["", "## P(True) readouts", "", PTRUE_NOTE.format(rendering=_ptrue_rendering(summary["ptrue"])), ""]
-        lines += md_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"]))
+    lines += md_table(["variant", *CLASS_COLUMNS, "answer then grid", "grid anywhere"], _class_rows(summary))
+    if summary.ptrue:
+        lines += ["", "## P(True) readouts", "", PTRUE_NOTE.format(rendering=_ptrue_rendering(summary.ptrue)), ""]
+        lines += md_table(PTRUE_HEAD, _ptrue_rows(summary.ptrue))
     lines += list(extra)
     lines += ["", "Definitions: SPEC §4.1; the rules behind every verdict and class are in `sleight.readout.audit.checks` and `sleight.readout.audit.classify`.", ""]
     return "\n".join(lines)
 
 
-def stem_text(cfg: dict[str, Any], summary: dict[str, Any]) -> str:
+CLASS_COLUMNS = ("answers_item", "forecast", "recites", "prose", "other")
+
+
+def _class_rows(summary: AuditSummary) -> list[list[Any]]:
+    """Per variant: its continuation classes, then its answer-then-grid and grid-anywhere counts."""
+    return [
+        [v, *[(s.continuation_classes or {}).get(c) for c in CLASS_COLUMNS], s.answer_then_grid, s.grid_anywhere]
+        for v, s in summary.variants.items()
+    ]
+
+
+def stem_text(cfg: dict[str, Any], summary: AuditSummary) -> str:
     """The header's stem: the run's, the items' own, or none (never "stem None")."""
     if cfg.get("stem"):
         return f"answer stem {cfg['stem']!r}"
-    st = (summary.get("variants") or {}).get("stem") or {}
-    if st.get("n_measured"):
+    if summary.variant("stem").n_measured:
         return "answer stems per item"
-    if "stem" in (cfg.get("variants") or summary.get("variants") or {}):
+    if "stem" in (cfg.get("variants") or summary.variants):
         return "no answer stem (the stem variant is skipped)"
     return "no answer stem"
 
@@ -104,13 +111,13 @@ PTRUE_NOTE = (
 )
 
 
-def _ptrue_rendering(section: dict[str, Any]) -> str:
-    return "as one user turn through the chat template" if section.get("instruct", True) else "as a raw string, no chat template"
+def _ptrue_rendering(section: PTrueSection) -> str:
+    return "as one user turn through the chat template" if section.instruct else "as a raw string, no chat template"
 
 
-def _ptrue_rows(section: dict[str, Any]) -> list[list[Any]]:
+def _ptrue_rows(section: PTrueSection) -> list[list[Any]]:
     rows = []
-    for name, r in (section.get("readouts") or {}).items():
+    for name, r in (section.setting.get("readouts") or {}).items():
         mass = (r.get("mass") or {}).get("median")
         rows.append([r.get("label", name), r.get("n_scored"), interval(r.get("auroc")), interval(r.get("prr")), " / ".join(r.get("options") or []), mass, top_count(r.get("argmax_class"))])
     return rows
@@ -140,7 +147,7 @@ def _example_html(ex: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra_html: str = "") -> str:
+def render_html(manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra_html: str = "") -> str:
     """The audit report as one self-contained HTML page."""
     model = manifest.get("model", {})
     cfg = manifest.get("config", {})
@@ -155,7 +162,7 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
         "<h1>Readout audit</h1>",
         f"<p>Model <code>{html.escape(str(model.get('model_id', '?')))}</code> ({html.escape(str(model.get('engine', '?')))}, "
         f"{html.escape(str(model.get('dtype', '?')))}, {html.escape(str(model.get('device', '?')))}). Items: {html.escape(str(cfg.get('n_items', '?')))} "
-        f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.get('floor')}.</p>",
+        f"({html.escape(str(cfg.get('source', '?')))}); options {html.escape(str(cfg.get('options') or 'per item'))}; {html.escape(stem_text(cfg, summary))}; floor {summary.floor}.</p>",
         "<h2>Verdicts</h2>",
         html_table(["#", "check", "verdict", "why"], [[c.number, html.escape(c.name), badge(c.verdict), html.escape(c.reason)] for c in checks], raw=True),
     ]
@@ -172,20 +179,16 @@ def render_html(manifest: dict[str, Any], summary: dict[str, Any], checks: Seque
     keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
     parts.append("<section><h2>Variants (interventions)</h2>")
     parts.append(html_table(["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"], [[r[k] for k in keys] for r in table]))
-    classes = ["answers_item", "forecast", "recites", "prose", "other"]
-    parts.append("<p>Continuation classes per variant:</p>" + html_table(["variant", *classes, "answer then grid", "grid anywhere"], [
-        [v, *[(s.get("continuation_classes") or {}).get(c) for c in classes], s.get("answer_then_grid"), s.get("grid_anywhere")]
-        for v, s in summary["variants"].items()
-    ]))
+    parts.append("<p>Continuation classes per variant:</p>" + html_table(["variant", *CLASS_COLUMNS, "answer then grid", "grid anywhere"], _class_rows(summary)))
     parts.append("</section>")
-    if summary.get("ptrue"):
-        parts.append(f"<section><h2>P(True) readouts</h2><p>{html.escape(PTRUE_NOTE.format(rendering=_ptrue_rendering(summary['ptrue'])))}</p>")
-        parts.append(html_table(PTRUE_HEAD, _ptrue_rows(summary["ptrue"])) + "</section>")
+    if summary.ptrue:
+        parts.append(f"<section><h2>P(True) readouts</h2><p>{html.escape(PTRUE_NOTE.format(rendering=_ptrue_rendering(summary.ptrue)))}</p>")
+        parts.append(html_table(PTRUE_HEAD, _ptrue_rows(summary.ptrue)) + "</section>")
     parts.append(extra_html + "</body></html>")
     return "".join(parts)
 
 
-def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: dict[str, Any], checks: Sequence[Check], extra_md: Sequence[str] = (), extra_html: str = "") -> tuple[Path, Path]:
+def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra_md: Sequence[str] = (), extra_html: str = "") -> tuple[Path, Path]:
     """Write report.md and report.html (atomically) and return their paths."""
     out = Path(out_dir)
     md, page = out / "report.md", out / "report.html"
@@ -198,7 +201,7 @@ def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: dict[s
 # two audits side by side (``sleight readout compare``)
 # ------------------------------------------------------------------------------------------------
 
-COMPARE_KEYS = (
+COMPARE_KEYS = (  # (VariantSummary field, column)
     ("mass_median", "median mass"),
     ("mass_below_floor", "below floor"),
     ("mass_null", "no mass"),
@@ -209,32 +212,31 @@ COMPARE_KEYS = (
 )
 
 
-def load_summary(folder: Path) -> dict[str, Any]:
+def load_summary(folder: Path) -> AuditSummary:
     """An audit directory's summary.json; one line when there is none or it is damaged."""
     path = Path(folder) / "summary.json"
     if not path.is_file():
         raise UserError(f"{folder} is not an audit directory (no summary.json)")
-    return rundir.read_json(path)
+    return AuditSummary.from_json(rundir.read_json(path))
 
 
-def _downstream(s: dict[str, Any]) -> str:
-    d = s.get("downstream")
-    return f"{d['metric']} {fmt(d['value'])}" if d else MISSING
+def _downstream(s: VariantSummary) -> str:
+    d = s.downstream
+    return f"{d.metric} {fmt(d.value)}" if d else MISSING
 
 
 def compare_markdown(a: Path, b: Path) -> str:
     """Two audits' variant tables side by side (values as ``a / b``), then their checks' verdicts."""
     sa, sb = load_summary(a), load_summary(b)
-    va, vb = sa["variants"], sb["variants"]
     head = ["variant", *[label for _, label in COMPARE_KEYS], "downstream"]
     rows = []
-    for v in dict.fromkeys([*va, *vb]):
-        x, y = va.get(v, {}), vb.get(v, {})
-        rows.append([v, *[f"{fmt(x.get(k))} / {fmt(y.get(k))}" for k, _ in COMPARE_KEYS], f"{_downstream(x)} / {_downstream(y)}"])
+    for v in dict.fromkeys([*sa.variants, *sb.variants]):
+        x, y = sa.variant(v), sb.variant(v)
+        rows.append([v, *[f"{fmt(getattr(x, k))} / {fmt(getattr(y, k))}" for k, _ in COMPARE_KEYS], f"{_downstream(x)} / {_downstream(y)}"])
     lines = [f"Comparing A = `{a}` and B = `{b}` (cells: A / B).", "", *md_table(head, rows)]
-    ca = {c["number"]: c["verdict"] for c in sa.get("checks", [])}
-    cb = {c["number"]: c["verdict"] for c in sb.get("checks", [])}
+    ca = {c.number: c.verdict for c in sa.checks}
+    cb = {c.number: c.verdict for c in sb.checks}
     if ca or cb:
-        names = {c["number"]: c["name"] for c in [*sa.get("checks", []), *sb.get("checks", [])]}
+        names = {c.number: c.name for c in [*sa.checks, *sb.checks]}
         lines += ["", *md_table(["check", "A", "B"], [[f"{n}. {names[n]}", ca.get(n), cb.get(n)] for n in sorted(names)])]
     return "\n".join(lines) + "\n"

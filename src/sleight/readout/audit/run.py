@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from sleight.readout.audit.checks import MASS_FLOOR, Check, run_checks, summaris
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.measure import DEFAULT_ROWS_PER_PASS, SCHEMA, measure, rows_to_table
 from sleight.readout.audit.report import write_reports
+from sleight.readout.audit.summary import AuditSummary, PTrueSection
 from sleight.readout.audit.variants import VARIANTS
 from sleight.rundir import RunDir
 
@@ -66,7 +67,7 @@ class AuditConfig:
 @dataclass
 class AuditResult:
     out_dir: Path
-    summary: dict[str, Any]
+    summary: AuditSummary
     checks: list[Check]
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -131,8 +132,6 @@ def load_audit(
     Give exactly one of ``items`` (a .jsonl/.csv items file or an lm-evaluation-harness task .yaml)
     or ``preset`` (``forecast``, ``ptrue``, ``grade``: shipped fixtures, or records from ``data``).
     ``options`` is the run-level option list (``"10,30,50"`` or a JSON list)."""
-    from dataclasses import replace
-
     from sleight.readout.audit.items import parse_options, resolve_options
     from sleight.readout.audit.loading import load_items
     from sleight.readout.audit.variants import parse_variants
@@ -202,12 +201,15 @@ def rerender(out_dir: str | Path, *, floor: float | None = None) -> AuditResult:
     out = Path(out_dir)
     if not out.is_dir():
         raise UserError(f"audit directory not found: {out}")
-    if floor is None:
-        try:
-            floor = float(json.loads((out / "summary.json").read_text()).get("floor", MASS_FLOOR))
-        except (OSError, ValueError):
-            floor = MASS_FLOOR
-    return finalise(out, floor=floor)
+    return finalise(out, floor=_old_summary(out).floor if floor is None else floor)
+
+
+def _old_summary(out: Path) -> AuditSummary:
+    """The summary.json already in ``out`` (an empty one when there is none or it is damaged)."""
+    try:
+        return AuditSummary.from_json(json.loads((out / "summary.json").read_text()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return AuditSummary()
 
 
 def run_audit(
@@ -245,10 +247,8 @@ def run_audit(
         prog.close()
         session.finish(completed)
 
-    extra: dict[str, Any] = {}
-    if config.preset == "ptrue":
-        extra["ptrue"] = _ptrue_section(model, items, out, config)
-    return finalise(out, items_order=[i.id for i in items], floor=config.floor, extra=extra)
+    ptrue = _ptrue_section(model, items, out, config) if config.preset == "ptrue" else None
+    return finalise(out, items_order=[i.id for i in items], floor=config.floor, ptrue=ptrue)
 
 
 def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
@@ -272,7 +272,7 @@ def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
     return pairs
 
 
-def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, config: AuditConfig) -> dict[str, Any]:
+def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, config: AuditConfig) -> PTrueSection:
     """The P(True) readouts of the ptrue preset, recorded as ``readout ptrue`` records them
     (ptrue.parquet: one row per (pair, readout)) and summarised the same way."""
     from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
@@ -287,8 +287,7 @@ def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, 
         rows = score_pair_rows(model, ptrue_pairs(items), instruct=instruct, continuation_tokens=config.max_new_tokens)
         rundir.write_table(path, pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA))
         rows = pq.read_table(path).to_pylist()  # the recorded rows, as a resumed run reads them
-    section = ptrue_summary(rows)["settings"].get("constructed", {})
-    return {"instruct": instruct, **section}
+    return PTrueSection(instruct, ptrue_summary(rows).settings.get("constructed", {}))
 
 
 def load_readings(out_dir: str | Path) -> pd.DataFrame:
@@ -311,8 +310,10 @@ def load_readings(out_dir: str | Path) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas()
 
 
-def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, floor: float = MASS_FLOOR, extra: dict[str, Any] | None = None) -> AuditResult:
-    """Merge parts into readings.parquet, write summary.json and both reports."""
+def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, floor: float = MASS_FLOOR, ptrue: PTrueSection | None = None) -> AuditResult:
+    """Merge parts into readings.parquet, write summary.json and both reports. ``ptrue``: the ptrue
+    preset's section, measured now; without it an earlier summary.json's section is kept (the
+    readings alone cannot give it back)."""
     out = Path(out_dir)
     df = load_readings(out)
     manifest = RunDir(out, "audit").read_manifest() or {}
@@ -324,21 +325,10 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
     df = df.drop_duplicates(["item_id", "variant"], keep="last").reset_index(drop=True)
     rundir.write_table(out / READINGS, pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False), schema=SCHEMA)
     rundir.Parts(out, PARTS, SCHEMA).remove()
-    summary = summarise(df, floor)
-    old = {}
-    if (out / "summary.json").exists():
-        try:
-            old = json.loads((out / "summary.json").read_text())
-        except ValueError:
-            old = {}
-    for key in ("ptrue",):
-        if extra and key in extra:
-            summary[key] = extra[key]
-        elif key in old:
-            summary[key] = old[key]
+    summary = replace(summarise(df, floor), ptrue=ptrue or _old_summary(out).ptrue)
     checks = run_checks(df, summary, floor)
-    summary["checks"] = [{"number": c.number, "name": c.name, "verdict": c.verdict, "reason": c.reason} for c in checks]
-    rundir.write_json(out / "summary.json", summary)
+    summary = replace(summary, checks=tuple(c.outcome() for c in checks))
+    rundir.write_json(out / "summary.json", summary.as_json())
     from sleight.readout.audit.judge import lines_to_html
     from sleight.readout.audit.judge_store import section_lines
 

@@ -15,6 +15,22 @@ Variants (SPEC §4.2):
   a request not to answer it;
 * ``substituted:<k>`` -- the quoted instruction replaced by one of the study's six substitutes.
 
+The paper's composed interventions (:mod:`sleight.readout.audit.composed`), also taken by name only:
+
+* ``<form>\u00d7<ending>`` -- App. C.1's grid: a prompt form (``production``, ``fenced``, ``stemmed``)
+  with a quoted-item ending (``instruction``, ``deleted``, ``summarise``); the five cells that are
+  variants above go by those names (``production\u00d7instruction`` is ``original``, ``stemmed\u00d7instruction``
+  is ``stem``, ``fenced\u00d7instruction`` is ``fenced``, ``production\u00d7deleted`` is
+  ``deleted_instruction``, ``production\u00d7summarise`` is ``substituted:summarise``);
+* ``space+<ending>`` -- App. C.2: the instruction deleted (``deleted``) or substituted
+  (``substituted:<k>``) and one space appended (``space`` itself keeps the instruction);
+* ``separator+<variant>`` -- App. D: ``original`` or ``substituted:<k>`` at the ending the paper reads:
+  as rendered where the template ends in whitespace, one space appended where it omits the separator
+  (Mistral's ``[/INST]``, falcon's ``Assistant:``).
+
+Named sets: ``composed`` (C.1's nine), ``space-appended`` (C.2's eight: ``space`` and the seven
+``space+`` endings), ``separator`` (App. D's seven endings: the item's instruction and the six substitutes).
+
 Text edits are pure functions on the message contents; only :func:`render` needs the model.
 """
 
@@ -22,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sleight.readout.audit.items import AuditItem
 
@@ -49,18 +65,51 @@ VARIANTS: tuple[str, ...] = (
 )
 # The paper's conditions built from the variants above, taken by name only (``--variants all`` is VARIANTS).
 PAPER_CONDITIONS: tuple[str, ...] = ("deleted_instruction_choices",)
-KNOWN_VARIANTS: tuple[str, ...] = (*VARIANTS, *PAPER_CONDITIONS)
+
+# App. C.1's grid: three prompt forms x three quoted-item endings; a cell that is a variant above goes by its name.
+FORMS: tuple[str, ...] = ("production", "fenced", "stemmed")
+ENDINGS: tuple[str, ...] = ("instruction", "deleted", "summarise")
+_PLAIN_CELLS: dict[tuple[str, str], str] = {
+    ("production", "instruction"): "original",
+    ("production", "deleted"): "deleted_instruction",
+    ("production", "summarise"): "substituted:summarise",
+    ("fenced", "instruction"): "fenced",
+    ("stemmed", "instruction"): "stem",
+}
+
+
+def grid_name(form: str, ending: str) -> str:
+    """App. C.1: the variant name of one grid cell (the plain variant's where there is one)."""
+    return _PLAIN_CELLS.get((form, ending), f"{form}\u00d7{ending}")
+
+
+COMPOSED: tuple[str, ...] = tuple(grid_name(f, e) for f in FORMS for e in ENDINGS)  # App. C.1, forms outer
+# App. C.2: the deleted or substituted instruction with one space appended (``space`` keeps the instruction).
+SPACE_ENDINGS: tuple[str, ...] = ("deleted", *(f"substituted:{k}" for k in SUBSTITUTES))
+SPACE_APPENDED: tuple[str, ...] = ("space", *(f"space+{e}" for e in SPACE_ENDINGS))
+# App. D: the item's own instruction and the six substitutes, at the ending the paper reads them.
+SEPARATOR_ENDINGS: tuple[str, ...] = ("original", *(f"substituted:{k}" for k in SUBSTITUTES))
+SEPARATOR: tuple[str, ...] = tuple(f"separator+{e}" for e in SEPARATOR_ENDINGS)
+COMPOSED_VARIANTS: tuple[str, ...] = tuple(
+    dict.fromkeys(v for v in (*COMPOSED, *SPACE_APPENDED, *SEPARATOR) if v not in VARIANTS and v not in PAPER_CONDITIONS)
+)
+KNOWN_VARIANTS: tuple[str, ...] = (*VARIANTS, *PAPER_CONDITIONS, *COMPOSED_VARIANTS)
+VARIANT_SETS: dict[str, tuple[str, ...]] = {"composed": COMPOSED, "space-appended": SPACE_APPENDED, "separator": SEPARATOR}
+# App. C.1's cells by their long names (``production\u00d7instruction``), read as the variant they are.
+ALIASES: dict[str, str] = {f"{f}\u00d7{e}": grid_name(f, e) for f in FORMS for e in ENDINGS} | {"space+instruction": "space"}
 
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """How to render one variant: messages, an optional prefill (answer stem), text appended."""
+    """How to render one variant: messages, an optional prefill (answer stem), text appended;
+    ``separator``: one space appended only where the rendered text does not end in whitespace."""
 
     variant: str
     messages: tuple[Mapping[str, str], ...]
     prefill: str | None = None
     append: str = ""
     chat_template: bool = True
+    separator: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,15 +122,18 @@ class Skipped:
 
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """``--variants`` (comma-separated names; ``all`` or empty = the default set :data:`VARIANTS`;
-    the paper's conditions, :data:`PAPER_CONDITIONS`, by name), original first."""
+    the paper's conditions, :data:`PAPER_CONDITIONS`, and composed interventions by name; a named
+    set of :data:`VARIANT_SETS` for its members), original first."""
     from sleight.errors import UserError
 
     if not text or text.strip() == "all":
         return VARIANTS
-    names = [v.strip() for v in text.split(",") if v.strip()]
+    names: list[str] = []
+    for v in (v.strip() for v in text.split(",") if v.strip()):
+        names.extend(VARIANT_SETS.get(v, (ALIASES.get(v, v),)))
     unknown = [v for v in names if v not in KNOWN_VARIANTS]
     if unknown:
-        raise UserError(f"unknown variant(s) {', '.join(unknown)} (choose from {', '.join(KNOWN_VARIANTS)})")
+        raise UserError(f"unknown variant(s) {', '.join(unknown)} (choose from {', '.join((*KNOWN_VARIANTS, *VARIANT_SETS))})")
     if "original" not in names:
         names.insert(0, "original")
     return tuple(dict.fromkeys(names))
@@ -125,14 +177,15 @@ def fence(quoted: str) -> str:
 
 def make_variant(item: AuditItem, variant: str, stem: str | None = None) -> VariantSpec | Skipped:
     """The spec for ``variant`` of ``item`` (``stem``: the run's stem; the item's own wins)."""
-    from dataclasses import replace
-
     spec = _make_variant(item, variant, stem)
     return replace(spec, chat_template=item.chat_template) if isinstance(spec, VariantSpec) else spec
 
 
 def _make_variant(item: AuditItem, variant: str, stem: str | None) -> VariantSpec | Skipped:
     msgs = tuple(item.messages)
+    variant = ALIASES.get(variant, variant)
+    if variant in COMPOSED_VARIANTS:  # App. C.1 / C.2 / D compositions
+        return by_name(item, variant, stem)
     if variant == "original":
         return VariantSpec(variant, msgs)
     if variant == "space":
@@ -173,10 +226,90 @@ def _make_variant(item: AuditItem, variant: str, stem: str | None) -> VariantSpe
     return Skipped(variant, f"unknown variant '{variant}'")
 
 
+# -- the paper's composed interventions (App. C.1, C.2, D; documented in sleight.readout.audit.composed) --
+def composed(item: AuditItem, form: str, ending: str, stem: str | None = None) -> VariantSpec | Skipped:
+    """App. C.1: one prompt form (production / fenced / stemmed) with one ending of the quoted item
+    (its instruction / deleted / "Summarise in one sentence."), named ``form×ending``."""
+    name = f"{form}\u00d7{ending}"
+    if form not in FORMS or ending not in ENDINGS:
+        return Skipped(name, f"unknown composition (forms {', '.join(FORMS)}; endings {', '.join(ENDINGS)})")
+    if not item.quoted_instruction:
+        return Skipped(name, "item has no 'quoted_instruction'")
+    msgs: tuple | None = tuple(dict(m) for m in item.messages)
+    if form == "fenced":  # the fence holds the item with its own ending, then the ending is edited inside it
+        span = quoted_span(item)
+        msgs = _replace_last(msgs, span, fence(span)) if span and msgs else None
+        if msgs is None:
+            return Skipped(name, "item has no quoted span to fence")
+    if ending != "instruction" and msgs is not None:
+        new = "" if ending == "deleted" else SUBSTITUTES["summarise"]
+        msgs = _replace_last(msgs, item.quoted_instruction, new)
+        msgs = _tidy(msgs) if msgs is not None and ending == "deleted" else msgs
+    if msgs is None:
+        return Skipped(name, "quoted_instruction not found")
+    prefill = None
+    if form == "stemmed":
+        prefill = item.stem or stem
+        if not prefill:
+            return Skipped(name, "no answer stem")
+    return VariantSpec(name, msgs, prefill=prefill, chat_template=item.chat_template)
+
+
+def composed_grid(item: AuditItem, stem: str | None = None) -> list[VariantSpec | Skipped]:
+    """App. C.1: all nine compositions of one item, forms outer, endings inner."""
+    return [composed(item, f, e, stem) for f in FORMS for e in ENDINGS]
+
+
+def space_appended(item: AuditItem, ending: str) -> VariantSpec | Skipped:
+    """App. C.2 / D: the quoted instruction deleted (``deleted``) or substituted
+    (``substituted:<k>``) and one space appended to the rendered prompt, named ``space+<ending>``."""
+    name = f"space+{ending}"
+    variant = "deleted_instruction" if ending == "deleted" else ending
+    if ending not in SPACE_ENDINGS:
+        return Skipped(name, f"unknown ending '{ending}' (choose from {', '.join(SPACE_ENDINGS)})")
+    spec = make_variant(item, variant)
+    if isinstance(spec, Skipped):
+        return Skipped(name, spec.reason)
+    return replace(spec, variant=name, append=" ")
+
+
+def separator_supplied(item: AuditItem, variant: str) -> VariantSpec | Skipped:
+    """App. D (and C.2): ``variant`` (``original`` or ``substituted:<k>``) at the ending the paper reads
+    it: as rendered where the template ends in whitespace, one space appended where it omits that
+    separator (Mistral, falcon); named ``separator+<variant>``."""
+    name = f"separator+{variant}"
+    if variant not in SEPARATOR_ENDINGS:
+        return Skipped(name, f"unknown ending '{variant}' (choose from {', '.join(SEPARATOR_ENDINGS)})")
+    spec = make_variant(item, variant)
+    if isinstance(spec, Skipped):
+        return Skipped(name, spec.reason)
+    return replace(spec, variant=name, separator=True)
+
+
+def by_name(item: AuditItem, variant: str, stem: str | None = None) -> VariantSpec | Skipped:
+    """The composition a variant name stands for (``fenced\u00d7deleted``, ``space+substituted:french``,
+    ``separator+original``)."""
+    head, sep, rest = variant.partition("+")
+    if sep and head == "space":
+        return space_appended(item, rest)
+    if sep and head == "separator":
+        return separator_supplied(item, rest)
+    form, times, ending = variant.partition("\u00d7")
+    if times:
+        spec = composed(item, form, ending, stem)
+        return replace(spec, variant=variant) if isinstance(spec, VariantSpec) else Skipped(variant, spec.reason)
+    return Skipped(variant, f"unknown variant '{variant}'")
+
+
 def render(model, spec: VariantSpec) -> str:
     """The rendered context text for a spec: the model's template with the generation prompt (or the
-    stem left open in the assistant turn), plus ``append``. Without a template the message contents
-    are the context, joined by newlines, the stem appended as is."""
+    stem left open in the assistant turn), one space where ``separator`` asks for it and the text
+    does not end in whitespace, then ``append``. Without a template the message contents are the
+    context, joined by newlines, the stem appended as is."""
     if not spec.chat_template:
-        return "\n".join(m["content"] for m in spec.messages) + (spec.prefill or "") + spec.append
-    return model.render_chat(list(spec.messages), add_generation_prompt=True, prefill=spec.prefill).text + spec.append
+        text = "\n".join(m["content"] for m in spec.messages) + (spec.prefill or "")
+    else:
+        text = model.render_chat(list(spec.messages), add_generation_prompt=True, prefill=spec.prefill).text
+    if spec.separator and text and not text[-1].isspace():  # App. C.2 / D: the separator the template omits
+        text += " "
+    return text + spec.append

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ from sleight.readout.items import DEFAULT_RACE_ITEMS as DEFAULT_ITEMS  # noqa: F
 from sleight.readout.items import RaceItem
 from sleight.readout.items import load_race_items as load_race_items
 from sleight.readout.items import race_item_from_record as race_item_from_record
+from sleight.rundir import JsonFields
 from sleight.stats.downstream import (
     clean,
     cluster_codes,
@@ -165,6 +166,18 @@ def check_reader(reader: str) -> str:
     return reader
 
 
+def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The note-only reader's position for each (item, note text), read once against the unspaced and
+    the spaced letters (App. C.7): per item the audit's columns of each set, (unspaced, spaced)."""
+    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]).text for it, n in zip(items, notes)]
+    sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
+    out = []
+    for r in read_positions(model, contexts, [sets] * len(contexts), score_options=True):
+        unspaced, spaced = (position_columns(model, r, s, letters=LETTERS) for s in r.option_sets)
+        out.append((unspaced, spaced))
+    return out
+
+
 def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note], *, reader: str = DEFAULT_READER) -> list[dict[str, Any]]:
     """The note-only reader's choice per item, with spaced and unspaced option strings.
 
@@ -173,12 +186,7 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
     correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's.
     """
     check_reader(reader)
-    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}]).text for it, n in zip(items, notes)]
-    sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
-    readings = [
-        [position_columns(model, r, s, letters=LETTERS) for s in r.option_sets]
-        for r in read_positions(model, contexts, [sets] * len(contexts), score_options=True)
-    ]
+    readings = reader_readings(model, items, [n.text for n in notes])
     out = []
     for it, (ru, rs) in zip(items, readings):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
@@ -274,8 +282,28 @@ def _renormalised(option_logprobs: Sequence[float | None] | None) -> list[float]
 # ---------------------------------------------------------------------------------------------
 
 
-def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """Everything the report states, from the per-(item, position) rows; JSON-ready.
+@dataclass(frozen=True)
+class ForecastSummary(JsonFields):
+    """Everything the forecast report states: summary.json less the run's description, field names
+    its keys. The nested records are :mod:`sleight.stats.downstream`'s JSON (intervals, mass
+    summaries, counts), NaN already None."""
+
+    n_items: int = 0
+    n_scored: int = 0
+    n_clusters: int = 0
+    B: int = 0
+    seed: int = 0
+    level: float = 0.95
+    notes: Mapping[str, Any] = field(default_factory=dict)  # max_words, truncated, mean_raw_words
+    reader: Mapping[str, Any] = field(default_factory=dict)  # the note-only reader: target, accuracies, choices, mass
+    positions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per position: auroc, brier, mass, classes
+    brier_reference: Mapping[str, Any] = field(default_factory=dict)  # constant_0.5, base_rate, base_rate_value
+    gain: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)  # stem minus original, per metric
+
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> ForecastSummary:
+    """Everything the report states, from the per-(item, position) rows.
 
     Items without a defined target (the reader's boundary not preserved) or without a score at
     either position are left out of the scoring and counted, so both positions are always scored on
@@ -348,4 +376,4 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
         else None
         for m in ("auroc", "brier")
     }
-    return clean(out)
+    return ForecastSummary.from_json(clean(out))

@@ -14,9 +14,11 @@ bootstrap differences of each P(True) readout against each estimator, on the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from sleight import rundir
 from sleight.backends.base import LanguageModel
@@ -26,11 +28,12 @@ from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import DEFAULT_SAMPLES, answer_tokens, comparison, estimate
 from sleight.render import interval
+from sleight.rundir import RunDir
 
 ANSWER_TOKENS = 32
 
 
-def run_estimators(
+def estimator_rows(
     model: LanguageModel,
     items: Sequence[QAItem],
     *,
@@ -39,15 +42,9 @@ def run_estimators(
     use_polygraph: bool = True,
     samples: int = DEFAULT_SAMPLES,
     sampling: Sampling | None = None,
-    B: int = 20000,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Per answer: text, correctness, every estimator and every P(True) readout; and the comparison.
-
-    ``samples`` answers per question are drawn (``sampling``: lm-polygraph's defaults) for the
-    sampling-based estimators; ``notes`` names every default estimator not computed, and why."""
-    if not items:
-        raise UserError("no items to run")
+) -> tuple[list[dict[str, Any]], str, list[str]]:
+    """Per answer: text, correctness, every estimator and every P(True) readout (wide rows); who
+    computed the estimators; a note per default estimator not computed, and why."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
     ids = [model.encode(p) for p in prompts]
     gens = model.greedy(ids, max_new_tokens)
@@ -75,12 +72,129 @@ def run_estimators(
             "answer": p["answer"],
             "label": p["label"],
             **{k: float(v[i]) for k, v in est.items()},
-            **{f"ptrue_{k}": float(v[i]) for k, v in readouts.items()},
+            **{f"ptrue_{k}": None if readouts[k][i] is None else float(readouts[k][i]) for k in readouts},
         }
         for i, p in enumerate(pairs)
     ]
-    summary = comparison([p["label"] for p in pairs], [p["item_id"] for p in pairs], est, {k: list(v) for k, v in readouts.items()}, B=B, seed=seed)
+    return rows, engine, notes
+
+
+def summarise(rows: Sequence[dict[str, Any]], *, B: int = 20000, seed: int = 0) -> dict[str, Any]:
+    """The comparison over wide rows: every estimator's and P(True) readout's AUROC and PRR, and the
+    paired differences (:func:`~sleight.readout.ptrue.uncertainty.comparison`)."""
+    est = {k: [r[k] for r in rows] for k in rows[0] if k not in ("item_id", "answer", "label") and not k.startswith("ptrue_")} if rows else {}
+    pt = {k.removeprefix("ptrue_"): [r[k] for r in rows] for k in (rows[0] if rows else {}) if k.startswith("ptrue_")}
+    return comparison([r["label"] for r in rows], [r["item_id"] for r in rows], est, pt, B=B, seed=seed)
+
+
+def run_estimators(
+    model: LanguageModel,
+    items: Sequence[QAItem],
+    *,
+    instruct: bool = True,
+    max_new_tokens: int = ANSWER_TOKENS,
+    use_polygraph: bool = True,
+    samples: int = DEFAULT_SAMPLES,
+    sampling: Sampling | None = None,
+    B: int = 20000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Per answer: text, correctness, every estimator and every P(True) readout; and the comparison.
+
+    ``samples`` answers per question are drawn (``sampling``: lm-polygraph's defaults) for the
+    sampling-based estimators; ``notes`` names every default estimator not computed, and why."""
+    if not items:
+        raise UserError("no items to run")
+    rows, engine, notes = estimator_rows(model, items, instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling)
+    summary = summarise(rows, B=B, seed=seed)
     return {"engine": engine, "instruct": instruct, "max_new_tokens": max_new_tokens, "samples": samples, "notes": notes, "rows": rows, "summary": summary}
+
+
+# -- the run directory (kind ``estimators``): one part per chunk of questions, resumed -------------
+KIND = "estimators"
+PARTS = "parts"
+READINGS = "readings.parquet"
+CHUNK = 8  # questions per committed part
+# Long form, one row per (answer, scorer): ``score`` is the confidence ranked against ``label``
+# (-uncertainty for an estimator, the probability for a P(True) readout ``ptrue_<name>``).
+ESTIMATOR_SCHEMA = pa.schema(
+    [("item_id", pa.string()), ("answer", pa.string()), ("label", pa.float64()), ("scorer", pa.string()), ("score", pa.float64()), ("uncertainty", pa.float64())]
+)
+
+
+def long_rows(wide: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Wide rows (one per answer) as :data:`ESTIMATOR_SCHEMA` rows (one per answer and scorer)."""
+    out = []
+    for r in wide:
+        for k, v in r.items():
+            if k in ("item_id", "answer", "label"):
+                continue
+            ptrue = k.startswith("ptrue_")
+            out.append({"item_id": r["item_id"], "answer": r["answer"], "label": float(r["label"]), "scorer": k,
+                        "score": v if ptrue or v is None else -float(v), "uncertainty": None if ptrue else v})
+    return out
+
+
+def wide_rows(long: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in long:
+        w = out.setdefault(r["item_id"], {"item_id": r["item_id"], "answer": r["answer"], "label": r["label"]})
+        w[r["scorer"]] = r["score"] if r["scorer"].startswith("ptrue_") else r["uncertainty"]
+    return list(out.values())
+
+
+def run_estimators_dir(
+    load_model: Callable[[], LanguageModel],
+    items: Sequence[QAItem],
+    out_dir: str | Path,
+    *,
+    instruct: bool = True,
+    max_new_tokens: int = ANSWER_TOKENS,
+    use_polygraph: bool = True,
+    samples: int = DEFAULT_SAMPLES,
+    source: str = "items",
+    B: int = 20000,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """``readout estimators`` as a resumable run directory (App. E's comparison): questions in
+    fixed chunks of :data:`CHUNK`, each committed as one part, so a killed run resumes at the first
+    chunk not done and a finished one loads no model; then readings.parquet, estimators.json/md."""
+    if not items:
+        raise UserError("no items to run")
+    out = Path(out_dir)
+    config = {"items": {"source": source, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])}, "instruct": instruct,
+              "max_new_tokens": max_new_tokens, "use_polygraph": use_polygraph, "samples": samples, "chunk": CHUNK}
+    run = RunDir(out, KIND)
+    run.check(config, overwrite=overwrite)
+    parts = run.parts(PARTS, ESTIMATOR_SCHEMA)
+    chunks = {f"{k:05d}": list(items[k : k + CHUNK]) for k in range(0, len(items), CHUNK)}
+    done = parts.verified(list(chunks))
+    todo = [k for k in chunks if k not in done]
+    if todo:
+        model = load_model()
+        session = run.open(config, model.info.as_dict(), units=len(chunks), extra={"engine": None})
+        completed = False
+        try:
+            for k in todo:
+                wide, engine, notes = estimator_rows(model, chunks[k], instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
+                rundir.write_json(out / "engine.json", {"engine": engine, "notes": notes})
+                parts.write(k, rundir.table_from_rows(long_rows(wide), ESTIMATOR_SCHEMA), tmp_dir=session.tmp_dir)
+                session.committed(1)
+            completed = True
+        finally:
+            session.finish(completed)
+    elif not (run.read_manifest() or {}).get("completed"):
+        run.record_session(rundir.ALL, completed=True)
+    table = parts.read(list(chunks))
+    rundir.write_table(out / READINGS, table, schema=ESTIMATOR_SCHEMA)
+    long = table.to_pylist()
+    wide = wide_rows(long)
+    info = rundir.read_json(out / "engine.json")
+    result = {"engine": info["engine"], "instruct": instruct, "max_new_tokens": max_new_tokens, "samples": samples, "notes": info["notes"],
+              "rows": wide, "summary": summarise(wide, B=B, seed=seed), "readings": long, "new_chunks": len(todo)}
+    write_result(out, {k: v for k, v in result.items() if k not in ("readings", "new_chunks")}, dict(run.require().get("model") or {}))
+    return result
 
 
 def render_markdown(result: dict[str, Any], model_id: str) -> str:

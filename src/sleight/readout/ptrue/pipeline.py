@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from sleight.readout.ptrue.answers import (
     sampled_answers,
 )
 from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, score_pairs
+from sleight.rundir import JsonFields
 from sleight.stats.downstream import (
     all_pairs,
     answer_letter_auroc_interval,
@@ -309,21 +311,35 @@ def _letters(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[
     return gold, printed
 
 
-def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PTrueSummary(JsonFields):
+    """Everything the P(True) report states: summary.json less the run's description, field names
+    its keys. Each setting's record (``n_pairs``, ``readouts``, ``vs_library``, ``pairs``, ...) is
+    :mod:`sleight.stats.downstream`'s JSON, NaN already None."""
+
+    B: int = 0
+    seed: int = 0
+    level: float = 0.95
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # own / constructed, those present
+
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> PTrueSummary:
     """Per setting: AUROC/PRR with intervals per readout, paired differences against Library, and
-    the scored-position diagnostics; JSON-ready."""
-    out: dict[str, Any] = {"B": B, "seed": seed, "level": level, "settings": {}}
+    the scored-position diagnostics."""
+    settings = {}
     for s in SETTINGS:
         srows = [r for r in rows if r["setting"] == s]
         if srows:
-            out["settings"][s] = _setting_summary(srows, B, seed, level)
-    return clean(out)
+            settings[s] = clean(_setting_summary(srows, B, seed, level))
+    return PTrueSummary(B=B, seed=seed, level=level, settings=settings)
 
 
 __all__ = [
     "ANSWER_MAX_NEW_TOKENS",
     "ARGMAX_SPLIT",
     "PRINTED_SEED",
+    "PTrueSummary",
     "READOUT_LABELS",
     "READOUT_OPTIONS",
     "SETTINGS",

@@ -2,7 +2,7 @@
 
 :mod:`.config` reads a table's shipped YAML (``src/sleight/data/tables/``: checkpoints, runs, columns,
 averages, the paper's numbers where known); :mod:`.runner` runs every checkpoint's readout runs
-through the readout commands' library calls (resuming) and writes the table; :mod:`.aggregate`
+(resuming), each through its kind (:mod:`.kinds`, one module a kind), and writes the table; :mod:`.aggregate`
 computes its cells on bootstrap replicates shared by the checkpoints (pure); :mod:`.writers` renders
 it as Markdown, CSV and LaTeX (pure).
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sleight.readout.reproduce.config import PAIR, TARGET, UNIT, Average, Checkpoint, Column, TableConfig
+from sleight.readout.reproduce import kinds
+from sleight.readout.reproduce.config import Average, Checkpoint, Column, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
 from sleight.stats.downstream import answer_letter_auroc, constant_brier, leave_one_out, leave_one_out_intervals, log_median
 
@@ -144,7 +145,8 @@ def _interval(estimate: float, reps: NDArray[np.float64], level: float, n: int |
 def _arrays(
     rows: Sequence[Mapping[str, Any]], column: Column, kind: str, units: Mapping[str, int], where: Mapping[str, Any]
 ) -> tuple[list[tuple], NDArray[np.float64], NDArray[np.float64], NDArray[np.intp], NDArray[np.float64]]:
-    target = column.target or TARGET[kind]
+    spec = kinds.kind(kind)
+    target = column.target or spec.target
     out: list[tuple] = []
     keys: list[tuple] = []
     for r in select(rows, where):
@@ -152,8 +154,8 @@ def _arrays(
         y = 0.0 if column.metric == "mean" else _number(r.get(target))
         g = _letter_code(r.get("answer")) if column.metric == "answer_letter_auroc" else 0.0
         if math.isfinite(s) and math.isfinite(y) and math.isfinite(g):
-            out.append((s, y, units[str(r[UNIT[kind]])], g))
-            keys.append(tuple(r.get(c) for c in PAIR[kind] if c not in (column.minus or {})))
+            out.append((s, y, units[str(r[spec.unit])], g))
+            keys.append(tuple(r.get(c) for c in spec.pair if c not in (column.minus or {})))
     arr = np.asarray(out, dtype=np.float64).reshape(-1, 4)
     return keys, arr[:, 0], arr[:, 1], arr[:, 2].astype(np.intp), arr[:, 3]
 
@@ -213,6 +215,13 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
         y = [x for x in (_number(r.get(column.target or "correct")) for r in chosen) if math.isfinite(x)]
         value = constant_brier(y, column.constant if column.stat == "brier_constant" else None)
         return Cell(value, n=len(y))
+    if column.stat == "doc_spearman":  # App. G: within each document, then the mean over those that define it
+        from sleight.readout.scan.grades import within_document_spearman
+
+        scores = [_number(r.get(column.column or "")) for r in chosen]
+        human = [_number(r.get(column.target or "human")) for r in chosen]
+        w = within_document_spearman([x if math.isfinite(x) else None for x in scores], human, [r.get("doc_id") for r in chosen])
+        return Cell(math.nan if w["rho"] is None else float(w["rho"]), n=int(w["n_defined"]))
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)
@@ -262,7 +271,7 @@ def aggregate(
     for run, spec in config.runs.items():
         if not config.runnable or not any(c.run == run and c.metric for c in config.columns):
             continue
-        units = unit_index({k: readings[k].get(run, []) for k in names}, UNIT[spec.command])
+        units = unit_index({k: readings[k].get(run, []) for k in names}, kinds.kind(spec.command).unit)
         shared[run] = (units, shared_counts(len(units), B, seed))
     rows: list[TableRow] = []
     for ck in checkpoints:

@@ -18,66 +18,18 @@ from typing import Any
 
 from sleight.errors import UserError
 from sleight.readout.data.fixtures import fixtures_dir
+from sleight.readout.reproduce import kinds
+from sleight.readout.reproduce.spec import Checkpoint, RunSpec
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
-COMMANDS = ("forecast", "ptrue", "audit", "forecast-readouts")  # forecast-readouts: App. H's readouts (a)-(h), Table 13
 METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc")  # bootstrapped on shared replicates
 # descriptive, no interval: ``min``/``below`` (items under ``floor``, §3's 0.5) for Table 3's columns,
-# ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12)
-STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted")
+# ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12),
+# ``doc_spearman`` (App. G: Spearman of ``column`` against ``target`` within each ``doc_id``, averaged
+# over the documents where it is defined)
+STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman")
 TARGET_STATS = ("brier_constant", "brier_fitted")
 SOURCES = ("auto", "paper", "fixture")
-# Which data families serve which command (the data layer's views: forecast, qa, ptrue/grade/mcq).
-FAMILIES_FOR = {
-    "forecast": ("race-h",),
-    "forecast-readouts": ("race-h",),
-    "ptrue": ("race-h", "mmlu", "triviaqa"),
-    "audit:forecast": ("race-h",),
-    "audit:ptrue": ("race-h", "mmlu", "triviaqa"),
-    "audit:grade": ("summeval",),
-    "audit:": ("mmlu", "mmlu-pro"),
-}
-# The default target column of a bootstrapped metric, the unit the bootstrap resamples (items that
-# share one are resampled together) and the columns that pair two selections of the same rows.
-TARGET = {"forecast": "correct", "forecast-readouts": "correct", "ptrue": "label", "audit": "target"}
-UNIT = {"forecast": "cluster", "forecast-readouts": "cluster", "ptrue": "item_id", "audit": "item_id"}
-PAIR = {"forecast": ("item_id",), "forecast-readouts": ("item_id",), "ptrue": ("setting", "item_id", "answer_source"), "audit": ("item_id",)}
-READOUT_ROW = ("item_id", "cluster", "readout", "score", "correct")  # a forecast-readouts row: one readout of one passage
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One model of a table: its folder name, the model spec, a display label, template arguments."""
-
-    name: str
-    model: str
-    label: str = ""
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    group: str | None = None
-    revision: str | None = None  # App. A.2's pinned snapshot (abbreviated as printed)
-    params_b: float | None = None  # parameters in billions: the plan's memory and time
-    generation_config: Mapping[str, Any] = field(default_factory=dict)  # the sampling settings its generation_config sets
-
-    @property
-    def shown(self) -> str:
-        return self.label or self.name
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One readout run per checkpoint: ``command`` (forecast | ptrue | audit), the paper's data spec,
-    the shipped fixture's spec, and the command's settings (its config fields)."""
-
-    name: str
-    command: str
-    paper_data: str
-    fixture_data: str
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    sampling_from: str | None = None  # generation_config: own answers sampled at each checkpoint's settings (App. E)
-    items: int | None = None  # the paper's sample size (for the plan; the data spec draws it)
-
-    def fixture_spec(self) -> str:
-        return self.fixture_data.replace("{fixtures}", str(fixtures_dir()))
 
 
 @dataclass(frozen=True)
@@ -207,48 +159,6 @@ class _Reader:
             raise self.fail(where, f"unknown key(s) {', '.join(map(str, extra))} (known: {', '.join(known)})")
 
 
-def _command_fields(command: str) -> tuple[str, ...]:
-    """The settings a run of ``command`` may carry (its library config's fields)."""
-    if command == "audit":
-        return ("preset", "variants", "stem", "max_new_tokens", "note", "instruct", "options", "condition")  # condition: App. I's (C0: Table 3)
-    from sleight.readout.downstream_run import ForecastConfig, PTrueConfig
-
-    cls = ForecastConfig if command in ("forecast", "forecast-readouts") else PTrueConfig
-    base = {"model", "engine", "dtype", "items", "data", "limit", "B", "seed", "chunk"}
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in base)
-
-
-def _known_columns(command: str) -> tuple[str, ...]:
-    if command == "audit":
-        from sleight.readout.audit.measure import SCHEMA as AUDIT_SCHEMA
-
-        return tuple(AUDIT_SCHEMA.names)
-    if command == "forecast-readouts":
-        return READOUT_ROW
-    from sleight.readout.downstream_run import FORECAST_SCHEMA, PTRUE_SCHEMA
-
-    return tuple((FORECAST_SCHEMA if command == "forecast" else PTRUE_SCHEMA).names)
-
-
-def _known_values(command: str) -> dict[str, tuple[str, ...]]:
-    if command == "forecast":
-        from sleight.readout.forecast.pipeline import POSITIONS
-
-        return {"position": tuple(POSITIONS)}
-    if command == "forecast-readouts":
-        from sleight.readout.forecast.readouts import READOUTS
-
-        return {"readout": tuple(READOUTS)}
-    if command == "ptrue":
-        from sleight.readout.ptrue.pipeline import SETTINGS
-        from sleight.readout.ptrue.readouts import READOUT_NAMES
-
-        return {"setting": tuple(SETTINGS), "readout": tuple(READOUT_NAMES), "answer_source": ("own", "gold", "wrong")}
-    from sleight.readout.audit.variants import KNOWN_VARIANTS
-
-    return {"variant": tuple(KNOWN_VARIANTS)}
-
-
 def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping[str, Any], fixture: bool) -> None:
     from sleight.readout.data import FAMILIES, is_data_spec
     from sleight.readout.data.common import parse_spec
@@ -256,9 +166,10 @@ def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping
     if not is_data_spec(spec):
         raise r.fail(key, f"'{spec}' is not a data spec FAMILY:WHERE[:key=value] (FAMILY one of {', '.join(FAMILIES)})")
     parsed = parse_spec(spec, tuple(FAMILIES))
-    use = command if command != "audit" else f"audit:{settings.get('preset') or ''}"
-    if parsed.family not in FAMILIES_FOR[use]:
-        raise r.fail(key, f"{parsed.family} data does not serve {use.replace(':', ' --preset ')} (it takes {', '.join(FAMILIES_FOR[use])})")
+    families = kinds.kind(command).families(settings)
+    if parsed.family not in families:
+        use = command + (f" --preset {settings['preset']}" if settings.get("preset") else "")
+        raise r.fail(key, f"{parsed.family} data does not serve {use} (it takes {', '.join(families)})")
     if fixture:
         path = Path(spec.replace("{fixtures}", str(fixtures_dir())).split(":")[1])
         if not path.exists():
@@ -270,26 +181,19 @@ def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
     obj = r.mapping(raw, where)
     r.unknown(obj, ("command", "data", "settings", "sampling_from", "items"), where)
     command = r.text(obj, "command", where)
-    if command not in COMMANDS:
-        raise r.fail(f"{where}.command", f"'{command}' is not one of {', '.join(COMMANDS)}")
+    if command not in kinds.names():
+        raise r.fail(f"{where}.command", f"'{command}' is not one of {', '.join(kinds.names())}")
     data = r.mapping(obj.get("data"), f"{where}.data")
     r.unknown(data, ("paper", "fixture"), f"{where}.data")
     settings = r.mapping(obj.get("settings"), f"{where}.settings")
-    allowed = _command_fields(command)
+    kind = kinds.kind(command)
+    allowed = kind.fields()
     for k in settings:
         if k not in allowed:
             raise r.fail(f"{where}.settings.{k}", f"not a setting of readout {command} (settings: {', '.join(allowed)})")
-    if command == "audit":
-        from sleight.readout.audit.presets import PRESETS
-
-        preset = settings.get("preset")
-        if preset is not None and preset not in PRESETS:
-            raise r.fail(f"{where}.settings.preset", f"'{preset}' is not a preset ({', '.join(PRESETS)})")
-        if settings.get("condition") is not None:
-            from sleight.readout.audit.conditions import CONDITIONS
-
-            if settings["condition"] not in CONDITIONS or preset != "forecast":
-                raise r.fail(f"{where}.settings.condition", f"expected one of {', '.join(CONDITIONS)} with preset forecast")
+    refused = kind.check(settings)
+    if refused:
+        raise r.fail(f"{where}.settings", refused)
     paper = r.text(data, "paper", f"{where}.data")
     fixture = r.text(data, "fixture", f"{where}.data")
     _check_spec(r, paper, f"{where}.data.paper", command, settings, fixture=False)
@@ -329,8 +233,8 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
         raise r.fail(where, "stat share needs equals (the value whose share is counted)")
     if obj.get("minus") is not None and metric is None:
         raise r.fail(f"{where}.minus", "a paired difference needs a metric")
-    known = _known_columns(command)
-    values = _known_values(command)
+    known = kinds.kind(command).columns()
+    values = kinds.kind(command).values()
     for part in ("where", "minus"):
         sel = r.mapping(obj.get(part), f"{where}.{part}")
         for c, v in sel.items():

@@ -9,9 +9,10 @@ arithmetic on the config; no hub, no model. The throughput constants are this pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.config import Checkpoint, RunSpec, TableConfig
 
 BYTES_PER_PARAM = 2  # float16 / bfloat16 weights (Table 3's caption: float16 forward passes)
@@ -19,7 +20,6 @@ MEMORY_MARGIN = 1.25  # KV cache, activations, the engine's own (assumed)
 PREFILL_FLOPS = 0.35 * 989e12  # sustained dense float16 FLOP/s in prefill (assumed)
 BANDWIDTH = 4.0e12  # bytes/s of weight reads in a decode step (assumed)
 BATCH = 64  # rows decoded together (reproduce's default --batch-size)
-CONTEXT_TOKENS = {"forecast": 600, "forecast-readouts": 600, "ptrue": 500, "audit": 250}  # a prompt's typical length (assumed)
 
 
 @dataclass(frozen=True)
@@ -37,27 +37,9 @@ class RunPlan:
         return self.contexts + self.decode_steps
 
 
-def _int(settings: Mapping[str, object], key: str, default: int) -> int:
-    v = settings.get(key, default)
-    return int(v) if isinstance(v, (int, float)) else default
-
-
 def per_item(spec: RunSpec) -> tuple[int, int]:
-    """(prefilled contexts, decoded tokens) of one item of ``spec``, at its caps."""
-    s = spec.settings
-    if spec.command in ("forecast", "forecast-readouts"):
-        # note (App. H: cap 256 tokens, one attempt), the reader, the forecast at two positions, readout (f);
-        # forecast-readouts adds (c), (d), (e), (g), (h): five more contexts
-        extra = 5 if spec.command == "forecast-readouts" else 0
-        return 3 + 1 + extra, _int(s, "note_tokens", 256) + _int(s, "continuation_tokens", 48)
-    if spec.command == "ptrue":
-        answers = 1 + _int(s, "max_new_tokens", 32)
-        settings_n = 2 if s.get("answers", "both") == "both" else 1
-        contexts = 3 * settings_n  # the prompt, the stemmed prompt, the deleted prompt
-        return 1 + contexts, answers + contexts * _int(s, "continuation_tokens", 16)
-    variants = s.get("variants")
-    n_var = len(variants) if isinstance(variants, list) else 12
-    return n_var, n_var * _int(s, "max_new_tokens", 16)
+    """(prefilled contexts, decoded tokens) of one item of ``spec``, at its caps (the run kind's count)."""
+    return kinds.kind(spec.command).per_item(spec.settings)
 
 
 def memory_gib(ck: Checkpoint) -> float | None:
@@ -67,7 +49,7 @@ def memory_gib(ck: Checkpoint) -> float | None:
 def gpu_hours(ck: Checkpoint, command: str, contexts: int, steps: int) -> float | None:
     if ck.params_b is None:
         return None
-    flops = 2 * ck.params_b * 1e9 * CONTEXT_TOKENS.get(command, 300) * contexts
+    flops = 2 * ck.params_b * 1e9 * kinds.kind(command).context_tokens * contexts
     decode = steps * ck.params_b * 1e9 * BYTES_PER_PARAM / BANDWIDTH / BATCH
     return (flops / PREFILL_FLOPS + decode) / 3600
 

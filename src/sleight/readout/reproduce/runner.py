@@ -1,9 +1,8 @@
 """Run what a table needs, resuming, then aggregate and write it: ``sleight readout reproduce``.
 
-For each checkpoint and each run of the table's config, the readout command's own library call
-(:func:`~sleight.readout.downstream_run.run_downstream` for forecast and ptrue,
-:func:`~sleight.readout.audit.run.load_audit` / :func:`~sleight.readout.audit.run.run_audit` for the
-audit) writes its run directory ``OUT/<table>/<checkpoint>/<run>/``. Those directories resume as the
+For each checkpoint and each run of the table's config, the run's kind (:mod:`.kinds`: the readout
+commands' own library calls, one module a kind) writes its run directory
+``OUT/<table>/<checkpoint>/<run>/``. Those directories resume as the
 commands' own do: a finished run loads no model and is only re-scored, a killed one redoes at most
 one part, a changed configuration is refused in one line. A run that another table of the same
 ``OUT`` already finished with the same checkpoint, data and settings is copied, not run again
@@ -23,13 +22,14 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sleight import rundir
 from sleight.errors import UserError
 from sleight.readout.data.fixtures import fixtures_dir
+from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.aggregate import TableResult, aggregate
 from sleight.readout.reproduce.config import (
     SOURCES,
@@ -38,32 +38,10 @@ from sleight.readout.reproduce.config import (
     TableConfig,
     load_table,
 )
+from sleight.readout.reproduce.kinds import ModelSettings, Rows, RunContext, run_settings
 from sleight.readout.reproduce.writers import WRITERS
 
 RUNS_JSON = "runs.json"
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """How every checkpoint is loaded (the commands' model flags, less ``--model``);
-    ``chat_template_kwargs`` merge over each checkpoint's own."""
-
-    engine: str = "hf"
-    device: str | None = None
-    dtype: str | None = None
-    batch_size: int = 64
-    threads: int | None = None
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def template_kwargs(self, ck: Checkpoint) -> dict[str, Any]:
-        return {**ck.chat_template_kwargs, **self.chat_template_kwargs}
-
-    @property
-    def weights_dtype(self) -> str:
-        from sleight.backends import default_dtype
-
-        return self.dtype or default_dtype(self.engine)
 
 
 class ModelCache:
@@ -148,18 +126,6 @@ def resolve_data(spec: RunSpec, source: str, overrides: Mapping[str, str]) -> tu
     return spec.fixture_spec(), f"shipped fixture (the paper's {spec.paper_data} cannot be read: {why})"
 
 
-def run_settings(spec: RunSpec, ck: Checkpoint) -> dict[str, Any]:
-    """A run's command settings for one checkpoint: the config's, and where the run samples at each
-    checkpoint's own generation settings (App. E), the sampling settings its ``generation_config``
-    sets over the library's defaults."""
-    out = dict(spec.settings)
-    if spec.sampling_from == "generation_config":
-        from sleight.readout.ptrue.answers import generation_sampling
-
-        out.update(decode="sampled", **generation_sampling(ck.generation_config))
-    return out
-
-
 def _identity(ck: Checkpoint, spec: RunSpec, data: str, limit: int | None, settings: ModelSettings) -> dict[str, Any]:
     return {
         "model": ck.model, "chat_template_kwargs": settings.template_kwargs(ck), "engine": settings.engine,
@@ -194,78 +160,11 @@ def _record(ck_dir: Path, run: str, identity: Mapping[str, Any]) -> None:
     rundir.write_json(path, runs)
 
 
-def run_one(
-    ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool
-) -> list[dict[str, Any]]:
+def run_one(ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool) -> Rows:
     """One readout run of one checkpoint into ``run_dir`` (resumed or finished as the command would);
     its readings."""
-    settings = models.settings
-    if spec.command == "forecast-readouts":
-        return forecast_readout_rows(ck, spec, run_dir, data, limit, models, B=B, seed=seed, progress=progress)
-    if spec.command in ("forecast", "ptrue"):
-        from sleight.readout.downstream_run import ForecastConfig, PTrueConfig, run_downstream
-
-        cls: type[ForecastConfig] | type[PTrueConfig] = ForecastConfig if spec.command == "forecast" else PTrueConfig
-        downstream = cls(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **run_settings(spec, ck))
-        return run_downstream(downstream, run_dir, load_model=lambda: models.get(ck), progress=progress).rows
-    import pyarrow.parquet as pq
-
-    from sleight.readout.audit.run import IDENTITY_KEYS, READINGS, load_audit, rerender, run_audit, run_config
-    from sleight.rundir import RunDir
-
-    s = dict(spec.settings)
-    variants = s.pop("variants", "all")
-    condition = s.pop("condition", None)
-    items, config, _name = load_audit(
-        data=data, limit=limit, variants=",".join(variants) if isinstance(variants, list) else str(variants), rows_per_pass=settings.batch_size, **s
-    )
-    if condition is not None:  # Table 3 / App. I: the condition's items (C0: the fixed note) over the same records
-        from sleight.readout.audit.conditions import condition_items
-        from sleight.readout.data import load_data
-
-        records = load_data(data).view("forecast", limit)
-        items = condition_items(str(condition), records, n=len(records))
-    config.n_items = len(items)
-    manifest = RunDir(run_dir, "audit").read_manifest() or {}
-    same = rundir.identity(manifest.get("config") or {}, IDENTITY_KEYS) == rundir.identity(run_config(items, config), IDENTITY_KEYS)
-    if manifest.get("completed") and same and (run_dir / READINGS).is_file():
-        rerender(run_dir)
-    else:
-        run_audit(models.get(ck), items, run_dir, config, show_progress=progress)
-    return pq.read_table(run_dir / READINGS).to_pylist()
-
-
-READOUTS_JSON = "forecast_readouts.json"
-
-
-def forecast_readout_rows(
-    ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool
-) -> list[dict[str, Any]]:
-    """App. H's readouts (a)-(h) of one checkpoint (Table 13): the forecast run (resumed as the
-    command's), then the extra readouts on its notes -- T1 and its stem "Estimate: " (App. I), the
-    deleted instruction, the short stems, the generated number -- kept in ``forecast_readouts.json``
-    beside it; one row per (passage, readout)."""
-    from sleight.readout.data import race_items
-    from sleight.readout.downstream_run import ForecastConfig, run_downstream
-    from sleight.readout.forecast.readouts import READOUTS, T1_STEM, T1_TEMPLATE, extra_readouts
-
-    settings = models.settings
-    downstream = ForecastConfig(model=ck.model, engine=settings.engine, dtype=settings.dtype, data=data, limit=limit, B=B, seed=seed, **run_settings(spec, ck))
-    rows = run_downstream(downstream, run_dir, load_model=lambda: models.get(ck), progress=progress).rows
-    path = run_dir / READOUTS_JSON
-    key = {"data": data, "limit": limit, "template": T1_TEMPLATE, "stem": T1_STEM, "n_rows": len(rows)}
-    cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    if cached and cached.get("key") == key:
-        records = cached["records"]
-    else:
-        _ds, items = race_items(data, limit)
-        records = extra_readouts(models.get(ck), items, rows, template=T1_TEMPLATE, stem=T1_STEM)
-        rundir.write_json(path, {"key": key, "records": records})
-    return [
-        {"item_id": r["item_id"], "cluster": r["cluster"], "readout": k, "score": r.get(k), "correct": r.get("correct")}
-        for r in records
-        for k in READOUTS
-    ]
+    ctx = RunContext(ck, spec, run_dir, data, limit, models.settings, lambda: models.get(ck), B, seed, progress)
+    return kinds.kind(spec.command).rows(ctx)
 
 
 @dataclass

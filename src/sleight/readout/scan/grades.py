@@ -7,7 +7,7 @@ collapses to one grade would otherwise look merely uncorrelated). Two readouts o
 summaries are compared with a paired document bootstrap: documents are resampled, both readouts'
 per-document rhos on the same replicates, so the interval is that of their difference.
 
-Pure numpy (ranks from :func:`sleight.stats.average_ranks`); no model.
+Pure numpy (rho from :func:`sleight.stats.rank.spearman_rows`); no model.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from sleight.stats import average_ranks, bootstrap_ci, mean, paired_bootstrap
+from sleight.stats import bootstrap_ci, mean, paired_bootstrap
+from sleight.stats.rank import spearman_rows
 
 
 def _mean(*arrays: Any, weights: np.ndarray | None = None) -> Any:
@@ -27,16 +28,15 @@ def _mean(*arrays: Any, weights: np.ndarray | None = None) -> Any:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rho with average ranks for ties; None when either vector is constant or shorter
-    than 2 (undefined, not 0)."""
+    """Spearman's rho (:func:`sleight.stats.rank.spearman_rows`); None when either vector is constant
+    or shorter than 2 (undefined, not 0)."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"x and y must be 1-D of one length, got {a.shape} and {b.shape}")
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+    if a.size < 2:
         return None
-    ra, rb = average_ranks(a), average_ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra @ rb) / math.sqrt(float(ra @ ra) * float(rb @ rb)))
+    rho = float(spearman_rows(a, b))
+    return None if math.isnan(rho) else rho
 
 
 def per_document_rho(scores: Sequence[float | None], human: Sequence[float], docs: Sequence[Hashable]) -> dict[Hashable, float | None]:

@@ -8,12 +8,30 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sleight import rundir
 from sleight.readout.audit.report import VERDICT_MARK, badge
 from sleight.render import fmt, md_table
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    """What every scan report states above its rows: the model record, the presets, the records per
+    preset and the floor, and the flag rules (typed, so a renderer cannot misspell a key)."""
+
+    model: Mapping[str, Any]
+    presets: tuple[str, ...]
+    limit: int | None
+    floor: float
+    flag_rules: Mapping[str, str] = field(default_factory=dict)
+    tool: str = "sleight readout scan"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "presets": list(self.presets), "model": dict(self.model), "flag_rules": dict(self.flag_rules)}
+
 
 HEADERS = (
     "preset", "rendering", "parser", "mass as declared", "mass, leading space", "first tokens distinct (declared / spaced)",
@@ -49,13 +67,13 @@ def cells(row: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
-    model = manifest.get("model", {})
+def render_scan_markdown(summary: ScanSummary, rows: Sequence[Mapping[str, Any]]) -> str:
+    model = summary.model
     lines = [
         "# Readout scan of published scorers",
         "",
         f"Model: `{model.get('model_id', '?')}` ({model.get('engine', '?')}, {model.get('dtype', '?')}, {model.get('device', '?')}); "
-        f"floor {manifest.get('floor')}; records per preset: {manifest.get('limit') or 'all'}.",
+        f"floor {summary.floor}; records per preset: {summary.limit or 'all'}.",
         "Masses are medians over the items at the scored position (SPEC §4.1); distinct is the share of items whose options have their own first token.",
         "",
     ]
@@ -66,7 +84,7 @@ def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str
         table.append(c)
     lines += md_table(HEADERS, table)
     lines += ["", "## Flags", ""]
-    lines += [f"- **{k}**: {v}." for k, v in (manifest.get("flag_rules") or {}).items()]
+    lines += [f"- **{k}**: {v}." for k, v in summary.flag_rules.items()]
     for r in rows:
         lines += ["", f"## {r['preset']}: {r['title']}", ""]
         s = r["source"]
@@ -93,8 +111,8 @@ def render_scan_markdown(manifest: Mapping[str, Any], rows: Sequence[Mapping[str
     return "\n".join(lines) + "\n"
 
 
-def render_scan_html(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
-    model = manifest.get("model", {})
+def render_scan_html(summary: ScanSummary, rows: Sequence[Mapping[str, Any]]) -> str:
+    model = summary.model
     css = (
         "body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#1f2328}"
         "table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px;font-size:14px;text-align:left;vertical-align:top}"
@@ -114,20 +132,20 @@ def render_scan_html(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
         + "</li>"
         for r in rows
     )
-    rules = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}.</li>" for k, v in (manifest.get("flag_rules") or {}).items())
+    rules = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}.</li>" for k, v in summary.flag_rules.items())
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Readout scan</title><style>{css}</style></head><body>"
         "<h1>Readout scan of published scorers</h1>"
         f"<p>Model <code>{html.escape(str(model.get('model_id', '?')))}</code> ({html.escape(str(model.get('engine', '?')))}, {html.escape(str(model.get('device', '?')))}); "
-        f"floor {html.escape(str(manifest.get('floor')))}. Each preset links to its audit report.</p>"
+        f"floor {html.escape(str(summary.floor))}. Each preset links to its audit report.</p>"
         f"<table id='scan'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
         f"<h2>Flags</h2><ul>{rules}</ul><h2>Sources</h2><ul>{sources}</ul></body></html>"
     )
 
 
-def write_scan_reports(out_dir: str | Path, manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> tuple[Path, Path]:
+def write_scan_reports(out_dir: str | Path, summary: ScanSummary, rows: Sequence[Mapping[str, Any]]) -> tuple[Path, Path]:
     out = Path(out_dir)
     md, page = out / "scan.md", out / "scan.html"
-    rundir.write_text(md, render_scan_markdown(manifest, rows))
-    rundir.write_text(page, render_scan_html(manifest, rows))
+    rundir.write_text(md, render_scan_markdown(summary, rows))
+    rundir.write_text(page, render_scan_html(summary, rows))
     return md, page

@@ -20,24 +20,29 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sleight import rundir
 from sleight.backends.base import LanguageModel
-from sleight.position import OptionSetReading, read_positions, renormalise
+from sleight.position import OptionSetReading, PositionReading, read_positions, renormalise
 from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.audit.classify import is_numeric
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.run import AuditConfig, load_readings, run_audit
+from sleight.readout.audit.summary import AuditSummary
 from sleight.readout.audit.variants import make_variant, render
 from sleight.readout.scan.grades import paired_document_difference, within_document_spearman
-from sleight.readout.scan.scorers import ScorerPreset, get_scorer, scorer_items, scorer_records
+from sleight.readout.scan.report import ScanSummary
+from sleight.readout.scan.scorers import ScorerPreset, get_scorer, records_from_data, scorer_items, scorer_records
 from sleight.readout.scan.text_parsers import TEXT_PARSERS, rotation_contrast
+from sleight.rundir import RunDir
 
 REPLY_TOKENS = 32  # greedy budget of a text-parsed reply (the audit's continuation is the reply)
 
@@ -63,6 +68,15 @@ class ScanConfig:
     floor: float = MASS_FLOOR
     templates: Mapping[str, str] = field(default_factory=dict)
     records: Mapping[str, str] = field(default_factory=dict)
+    data: str | None = None  # a data-layer spec (race-h: Table 11; summeval: App. G) filled into every preset
+
+    def record(self) -> dict[str, Any]:
+        """The run directory's config: everything that decides the readings (a resume with another
+        value is refused; ``floor`` only judges, so it is left out)."""
+        return {
+            "presets": list(self.presets), "limit": self.limit, "max_new_tokens": self.max_new_tokens, "reply_tokens": self.reply_tokens,
+            "templates": dict(self.templates), "records": dict(self.records), "data": self.data,
+        }
 
 
 @dataclass
@@ -70,6 +84,32 @@ class ScanResult:
     out_dir: Path
     rows: list[dict[str, Any]]
     files: dict[str, Path]
+    readings: list[dict[str, Any]] = field(default_factory=list)
+    new_presets: int = 0
+
+
+KIND = "scan"
+PARTS = "parts"
+READINGS = "readings.parquet"
+ROWS_DIR = "rows"
+# One row per (preset, item): what Table 11 and App. G aggregate. ``mass``: the declared set's
+# first-token mass at the original position; ``mass_spaced``: the labels with a leading space there;
+# ``argmax_option``: the unrestricted argmax is a declared option's first token; ``score_first``:
+# the first-token grade as declared; ``score_full_spaced``: the full-sequence grade of the
+# space-prefixed labels (App. G's repaired readout); ``human``: the record's rating where it has one.
+SCAN_SCHEMA = pa.schema(
+    [
+        ("preset", pa.string()), ("item_id", pa.string()), ("doc_id", pa.string()), ("human", pa.float64()),
+        ("mass", pa.float64()), ("mass_spaced", pa.float64()), ("mass_repaired", pa.float64()),
+        ("distinct", pa.bool_()), ("distinct_spaced", pa.bool_()), ("boundary", pa.bool_()), ("argmax_option", pa.bool_()),
+        ("ends_with_whitespace", pa.bool_()), ("score_first", pa.float64()), ("score_full_spaced", pa.float64()),
+    ]
+)
+
+
+def part_key(preset: str) -> str:
+    """A preset's folder and part name (``geval:fluency`` -> ``geval-fluency``)."""
+    return preset.replace(":", "-")
 
 
 # -- pure pieces ------------------------------------------------------------------------------------
@@ -148,9 +188,19 @@ def verdict_of(flags: Sequence[str]) -> str:
     return "warn" if flags else "pass"
 
 
+def original_summary(summary: AuditSummary | Mapping[str, Any]) -> dict[str, Any]:
+    """The audit summary's original-position numbers as JSON (the typed :class:`AuditSummary` of a
+    run, or its JSON form)."""
+    variants = summary.get("variants") if isinstance(summary, Mapping) else summary.variants
+    orig = (variants or {}).get("original")
+    if orig is None:
+        return {}
+    return dict(orig) if isinstance(orig, Mapping) else orig.as_json()
+
+
 def scan_row(
     preset: ScorerPreset,
-    summary: Mapping[str, Any],
+    summary: AuditSummary | Mapping[str, Any],
     declared: Sequence[OptionSetReading],
     spaced: Sequence[OptionSetReading],
     repaired: Sequence[OptionSetReading],
@@ -161,7 +211,7 @@ def scan_row(
     grades: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One row of the scan report from the audit summary and the three readings of each item."""
-    orig = (summary.get("variants") or {}).get("original", {})
+    orig = original_summary(summary)
     row: dict[str, Any] = {
         "preset": preset.name,
         "title": preset.title,
@@ -188,6 +238,31 @@ def scan_row(
     row["flags"] = scan_flags(row, preset.parser, preset.options, floor)
     row["verdict"] = verdict_of(row["flags"])
     return row
+
+
+def reading_rows(
+    preset: ScorerPreset,
+    items: Sequence[AuditItem],
+    contexts: Sequence[str],
+    pos: Sequence[PositionReading],
+    repaired: Sequence[OptionSetReading],
+) -> list[dict[str, Any]]:
+    """The readings of one preset, one row per item (:data:`SCAN_SCHEMA`)."""
+    out = []
+    for it, ctx, p, rep in zip(items, contexts, pos, repaired):
+        d, sp = p.option_sets[0], p.option_sets[1]
+        out.append(
+            {
+                "preset": preset.name, "item_id": it.id, "doc_id": str(it.meta.get("doc_id", it.id)), "human": it.target,
+                "mass": d.mass, "mass_spaced": sp.mass, "mass_repaired": rep.mass,
+                "distinct": d.distinct if d.boundary_preserved else None, "distinct_spaced": sp.distinct if sp.boundary_preserved else None,
+                "boundary": d.boundary_preserved, "argmax_option": p.argmax_id in {i for i in d.first_ids if i is not None},
+                "ends_with_whitespace": ctx[-1:].isspace(),
+                "score_first": first_token_score(d, preset.score_scale),
+                "score_full_spaced": expected_score(list(sp.logprobs), sp.options, preset.score_scale),
+            }
+        )
+    return out
 
 
 # -- model work -------------------------------------------------------------------------------------
@@ -217,6 +292,18 @@ def _grades(items: Sequence[AuditItem], declared: Sequence[OptionSetReading], sp
     }
 
 
+def preset_records(preset: ScorerPreset, config: ScanConfig) -> list[dict[str, Any]]:
+    """A preset's records: the data spec's (each App. G document counts once against ``limit``), a
+    user's file, or the shipped fixture."""
+    if config.data is None:
+        return scorer_records(preset, config.records.get(preset.name))
+    from sleight.readout.data import load_data
+
+    ds = load_data(config.data)
+    recs = records_from_data(preset, ds.view("grade" if ds.family == "summeval" else "forecast", None))
+    return [{**r, "item": r["doc_id"]} for r in recs]
+
+
 def scan_preset(
     model: LanguageModel,
     name: str,
@@ -226,16 +313,18 @@ def scan_preset(
     overwrite: bool = False,
     show_progress: bool = False,
     B: int = 20000,
-) -> dict[str, Any]:
-    """Audit one preset into ``out_dir / name`` and return its scan row."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Audit one preset into ``out_dir / part_key(name)``; its scan row and its readings."""
     preset = get_scorer(name)
-    records = scorer_records(preset, config.records.get(name))
+    records = preset_records(preset, config)
     items = scorer_items(name, records, template=config.templates.get(name), limit=config.limit)
     variants = ("original", "space") + (("stem",) if any(i.stem for i in items) else ())
     budget = config.reply_tokens if preset.text_parser else config.max_new_tokens
-    audit_cfg = AuditConfig(source=f"scorer preset {name} ({config.records.get(name) or 'shipped fixture'}; template {config.templates.get(name) or 'shipped'})", variants=variants, max_new_tokens=budget, floor=config.floor)
-    result = run_audit(model, items, out_dir / name, audit_cfg, overwrite=overwrite, show_progress=show_progress)
-    df = load_readings(out_dir / name)
+    source = config.data or config.records.get(name) or "shipped fixture"
+    audit_cfg = AuditConfig(source=f"scorer preset {name} ({source}; template {config.templates.get(name) or 'shipped'})", variants=variants, max_new_tokens=budget, floor=config.floor)
+    sub = out_dir / part_key(name)
+    result = run_audit(model, items, sub, audit_cfg, overwrite=overwrite, show_progress=show_progress)
+    df = load_readings(sub)
     orig = df[df["variant"] == "original"].set_index("item_id")
     contexts = [str(orig.loc[i.id, "context"]) for i in items]
     pos = read_positions(model, contexts, [[preset.options, preset.spaced_options]] * len(items), score_options=True)
@@ -251,8 +340,8 @@ def scan_preset(
             for i in items
         ]
         parser_result = {**rotation_contrast(replies), "replies": replies} if all(r["gold_letter"] for r in replies) else {"replies": replies, "tracking_items": []}
-    report = result.files.get("report_html", out_dir / name / "report.html")
-    return scan_row(
+    report = result.files.get("report_html", sub / "report.html")
+    row = scan_row(
         preset,
         result.summary,
         declared,
@@ -263,10 +352,11 @@ def scan_preset(
         parser_result=parser_result,
         grades=_grades(items, declared, spaced, preset.score_scale, B),
     )
+    return row, reading_rows(preset, items, contexts, pos, repaired)
 
 
 def run_scan(
-    model: LanguageModel,
+    model: LanguageModel | Callable[[], LanguageModel],
     out_dir: str | Path,
     config: ScanConfig,
     *,
@@ -274,20 +364,53 @@ def run_scan(
     show_progress: bool = True,
     B: int = 20000,
 ) -> ScanResult:
-    """Every chosen preset audited under ``out_dir``, then scan.json, scan.md and scan.html."""
+    """Every chosen preset audited under ``out_dir`` (a ``scan`` run directory: one committed part
+    per preset, so a killed scan resumes at the first preset not done, and a finished one loads no
+    model), then readings.parquet, scan.json, scan.md and scan.html.
+
+    ``model``: the model, or a function that loads it (called only when a preset is left to do)."""
     from sleight.readout.scan.report import write_scan_reports
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for name in config.presets:
-        if show_progress:
-            print(f"scan: {name}", flush=True)
-        rows.append(scan_preset(model, name, out, config, overwrite=overwrite, show_progress=show_progress, B=B))
-    manifest = {"tool": "sleight readout scan", "model": model.info.as_dict(), "presets": list(config.presets), "limit": config.limit, "floor": config.floor, "flag_rules": FLAG_RULES}
-    rundir.write_json(out / "scan.json", {"manifest": manifest, "rows": rows})
-    md, page = write_scan_reports(out, manifest, rows)
-    return ScanResult(out, rows, {"scan_json": out / "scan.json", "scan_md": md, "scan_html": page})
+    for name in config.presets:  # every input checked before the run directory is touched
+        get_scorer(name)
+    run = RunDir(out, KIND)
+    run.check(config.record(), overwrite=overwrite)
+    parts = run.parts(PARTS, SCAN_SCHEMA)
+    keys = [part_key(n) for n in config.presets]
+    done = {k for k in parts.verified(keys) if (out / ROWS_DIR / f"{k}.json").is_file()}
+    todo = [n for n in config.presets if part_key(n) not in done]
+    if todo:
+        loaded: LanguageModel = model() if callable(model) and not hasattr(model, "info") else model  # type: ignore[assignment]
+        session = run.open(config.record(), loaded.info.as_dict(), units=len(config.presets))
+        completed = False
+        try:
+            for name in todo:
+                if show_progress:
+                    print(f"scan: {name}", flush=True)
+                row, readings = scan_preset(loaded, name, out, config, show_progress=show_progress, B=B)
+                rundir.write_json(out / ROWS_DIR / f"{part_key(name)}.json", row)  # before the part: the part commits the preset
+                parts.write(part_key(name), rundir.table_from_rows(readings, SCAN_SCHEMA), tmp_dir=session.tmp_dir)
+                session.committed(1)
+            completed = True
+        finally:
+            session.finish(completed)
+    elif not (run.read_manifest() or {}).get("completed"):
+        run.record_session(rundir.ALL, completed=True)
+    rows = [rundir.read_json(out / ROWS_DIR / f"{k}.json") for k in keys]
+    table = parts.read(keys)
+    rundir.write_table(out / READINGS, table, schema=SCAN_SCHEMA)
+    manifest = run.require()
+    summary = ScanSummary(model=dict(manifest.get("model") or {}), presets=tuple(config.presets), limit=config.limit, floor=config.floor, flag_rules=dict(FLAG_RULES))
+    rundir.write_json(out / "scan.json", {"manifest": summary.as_dict(), "rows": rows})
+    md, page = write_scan_reports(out, summary, rows)
+    files = {"scan_json": out / "scan.json", "scan_md": md, "scan_html": page, "readings": out / READINGS}
+    return ScanResult(out, rows, files, table.to_pylist(), len(todo))
+
+
+def load_readings_table(out_dir: str | Path) -> list[dict[str, Any]]:
+    """A finished scan's readings (one row per preset and item)."""
+    return pq.read_table(Path(out_dir) / READINGS, schema=SCAN_SCHEMA).to_pylist()
 
 
 def load_scan(out_dir: str | Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,7 @@ class ScorerPreset:
     score_scale: float = 100.0  # numeric options: score = sum(int(o) / scale * p_o)
     target: Callable[[Mapping[str, Any]], float | None] = field(default=lambda rec: None, compare=False)
     expand: Callable[[Mapping[str, Any]], list[dict[str, Any]]] | None = field(default=None, compare=False)
+    dimension: str | None = None  # G-Eval: the SummEval dimension the prompt asks about (App. G); None: coherence
 
     @property
     def spaced_options(self) -> tuple[str, ...]:
@@ -289,8 +290,12 @@ def _data(name: str) -> str:
 
 
 def get_scorer(name: str) -> ScorerPreset:
+    """A preset by name; ``geval:DIMENSION`` is G-Eval's prompt for one SummEval dimension (App. G)."""
+    base, _, dim = name.partition(":")
+    if base == "geval" and dim:
+        return geval_dimension(dim)
     if name not in SCORERS:
-        raise UserError(f"unknown scorer preset '{name}' (choose from {', '.join(SCORERS)})")
+        raise UserError(f"unknown scorer preset '{name}' (choose from {', '.join(SCORERS)}, or geval:{'|'.join(GEVAL_DIMENSIONS)})")
     return SCORERS[name]
 
 
@@ -308,7 +313,8 @@ def template_text(preset: ScorerPreset, path: str | Path | None = None) -> str:
     """The shipped template, or the user's copy of the published one (read as is, no stripping),
     checked to hold every placeholder the preset fills."""
     if path is None:
-        return _data(preset.template)
+        text = _data(preset.template)
+        return geval_template(text, preset.dimension) if preset.dimension else text
     p = Path(path)
     if not p.is_file():
         raise UserError(f"template file not found: {p}")
@@ -414,3 +420,109 @@ def scorer_items(
             )
         )
     return items
+
+
+# -- G-Eval's four SummEval dimensions (App. G) ----------------------------------------------------
+# G-Eval publishes one prompt per dimension (prompts/summeval/{coh,con,flu,rel}_detailed.txt at the
+# preset's revision): the same frame, its own criterion, steps and closing form line, and fluency on
+# 1-3 where the others are on 1-5. As for coherence, the wording here is the project's own; the
+# structure, the scale and the ending ("- Consistency:" with no separator) are G-Eval's.
+GEVAL_DIMENSIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "coherence": ("", "", ("1", "2", "3", "4", "5")),
+    "consistency": (
+        "Consistency (1-5) - whether the facts in the summary agree with the article. A consistent summary states only what the article supports and adds no invented facts.",
+        "2. Read the summary and check each of its facts against the article.\n3. Give a consistency score from 1 (lowest) to 5 (highest) following the Evaluation Criteria.",
+        ("1", "2", "3", "4", "5"),
+    ),
+    "fluency": (
+        "Fluency (1-3) - the quality of the summary's sentences: grammar, spelling, punctuation, word choice and sentence structure.",
+        "2. Read the summary and note its errors of grammar, spelling and word choice.\n3. Give a fluency score from 1 (lowest) to 3 (highest) following the Evaluation Criteria.",
+        ("1", "2", "3"),
+    ),
+    "relevance": (
+        "Relevance (1-5) - whether the summary keeps the article's important content. A relevant summary includes the main points and leaves out what does not matter.",
+        "2. Read the summary and check that it covers those points and nothing redundant.\n3. Give a relevance score from 1 (lowest) to 5 (highest) following the Evaluation Criteria.",
+        ("1", "2", "3", "4", "5"),
+    ),
+}
+
+
+def geval_template(coherence: str, dimension: str) -> str:
+    """G-Eval's prompt for ``dimension``, from its coherence prompt: the criterion, the last two steps
+    and the closing form line replaced (the frame and both placeholders unchanged)."""
+    if dimension == "coherence":
+        return coherence
+    criterion, steps, _ = GEVAL_DIMENSIONS[dimension]
+    lines = coherence.split("\n")
+    out = []
+    for line in lines:
+        if line.startswith("Coherence (1-5)"):
+            out.append(criterion)
+        elif line.startswith("2. "):
+            out.append(steps)
+        elif line.startswith("3. "):
+            continue
+        elif line == "- Coherence:":
+            out.append(f"- {dimension.capitalize()}:")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def geval_dimension(dimension: str) -> ScorerPreset:
+    """The geval preset for one SummEval dimension: its prompt, scale and target grade (App. G)."""
+    if dimension not in GEVAL_DIMENSIONS:
+        raise UserError(f"unknown G-Eval dimension '{dimension}' (choose from {', '.join(GEVAL_DIMENSIONS)})")
+    base = SCORERS["geval"]
+    options = GEVAL_DIMENSIONS[dimension][2]
+    label = dimension.capitalize()
+    return replace(
+        base,
+        name=f"geval:{dimension}",
+        title=f"G-Eval {dimension} (1-{options[-1]})",
+        options=options,
+        parser_note=f"probability-weighted grade over the first tokens of 1-{options[-1]} after '- {label}:'",
+        repair=Repair("separator", " ", options, f"a space supplied after '- {label}:', bare grades"),
+        target=_num(dimension),
+        dimension=dimension,
+    )
+
+
+# -- the paper's data filled into the presets (Table 11's RACE-H items, App. G's SummEval) ---------
+def _item_block(rec: Mapping[str, Any]) -> str:
+    letters = LETTERS[: len(rec["choices"])]
+    lines = [str(rec["question"]), *[f"{L}: {c}" for L, c in zip(letters, rec["choices"])], f"Answer with exactly one of: {', '.join(letters)}."]
+    return "\n".join(lines)
+
+
+def records_from_data(preset: ScorerPreset, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The data layer's records as the preset's own fields.
+
+    SummEval (App. G): the article and one system summary, ``doc_id`` the article, the dimension's
+    expert grade. RACE-H (Table 11, App. F; inferred where App. F names no field): G-Eval reads the
+    passage as the document and the item block as the summary; Zhuang the question as the query
+    and the passage as the document; AlpacaEval the item block as the instruction and the gold and
+    the next choice as the two outputs; Kadavath the item's stem without its lettered choices or
+    instruction (App. F) and the gold choice as the proposed answer."""
+    out = []
+    for r in records:
+        if "summary" in r and "source" in r:
+            if preset.fields != ("document", "summary"):
+                raise UserError(f"preset '{preset.name}' cannot read SummEval records: scan geval or geval:DIMENSION (App. G)")
+            doc = str(r["id"]).rpartition(":")[0] or str(r.get("source_index"))
+            out.append({"id": str(r["id"]), "doc_id": doc, "document": r["source"], "summary": r["summary"], **{d: r.get(d) for d in GEVAL_DIMENSIONS}})
+            continue
+        if not {"passage", "question", "choices", "answer"} <= set(r):
+            raise UserError(f"record {r.get('id')}: the scan reads RACE-style (passage, question, choices, answer) or SummEval records")
+        choices = list(r["choices"])
+        gold = LETTERS.index(r["answer"])
+        block = _item_block(r)
+        fields = {
+            "document": r["passage"], "summary": block, "query": r["question"], "instruction": block,
+            "output_1": choices[gold], "output_2": choices[(gold + 1) % len(choices)], "question": r["question"], "answer": choices[gold],
+        }
+        missing = [f for f in preset.fields if f not in fields] if preset.expand is None else ["its rotations"]
+        if missing:
+            raise UserError(f"preset '{preset.name}' cannot read RACE-H items (no field for {', '.join(missing)}): scan geval, relevance, alpacaeval, kadavath or lmpolygraph")
+        out.append({"id": str(r["id"]), "doc_id": str(r["id"]), **{f: fields[f] for f in preset.fields}})
+    return out

@@ -30,7 +30,8 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sleight.stats import BatchedStat, average_ranks, bootstrap_ci, gathered
+from sleight.stats import BatchedStat, bootstrap_ci, gathered
+from sleight.stats.rank import spearman_rows as _spearman_rows
 
 B_DEFAULT = 20_000
 LEVEL = 0.95
@@ -159,18 +160,6 @@ def ratio_diff(ka: ArrayLike, na: ArrayLike, kb: ArrayLike, nb: ArrayLike, weigh
     """``ratio(ka, na) - ratio(kb, nb)`` on the same rows (the same questions drawn for both sides)."""
     a, b = ratio(ka, na, weights), ratio(kb, nb, weights)
     return float(a) - float(b) if weights is None else np.asarray(a) - np.asarray(b)
-
-
-def _spearman_rows(x: NDArray[np.float64], y: NDArray[np.float64]) -> float | NDArray[np.float64]:
-    """Spearman's ρ along the last axis (average ranks for ties; NaN when either side is constant)."""
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx = rx - rx.mean(axis=-1, keepdims=True)
-    ry = ry - ry.mean(axis=-1, keepdims=True)
-    num = (rx * ry).sum(axis=-1)
-    den = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    return float(out) if out.ndim == 0 else out
 
 
 spearman = gathered(_spearman_rows)

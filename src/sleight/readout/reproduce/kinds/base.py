@@ -1,0 +1,114 @@
+"""What ``reproduce`` knows of one kind of readout run (:class:`RunKind`), and what a run is handed
+(:class:`RunContext`). Each kind lives in a module of its own under :mod:`..kinds`; the config
+checker, the plan and the runner ask the kind, never a chain of ``if command == ...``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sleight.readout.reproduce.spec import Checkpoint, RunSpec
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How every checkpoint is loaded (the commands' model flags, less ``--model``);
+    ``chat_template_kwargs`` merge over each checkpoint's own."""
+
+    engine: str = "hf"
+    device: str | None = None
+    dtype: str | None = None
+    batch_size: int = 64
+    threads: int | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def template_kwargs(self, ck: Checkpoint) -> dict[str, Any]:
+        return {**ck.chat_template_kwargs, **self.chat_template_kwargs}
+
+    @property
+    def weights_dtype(self) -> str:
+        from sleight.backends import default_dtype
+
+        return self.dtype or default_dtype(self.engine)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run of one checkpoint: where it writes (``run_dir``, resumed as the command's own run
+    directory would be), what it reads (``data``, ``limit`` items), its model (``model()`` loads it
+    on first need and shares it with the checkpoint's other runs) and the table's bootstrap."""
+
+    checkpoint: Checkpoint
+    spec: RunSpec
+    run_dir: Path
+    data: str
+    limit: int | None
+    settings: ModelSettings
+    model: Callable[[], Any]
+    B: int
+    seed: int
+    progress: bool = False
+
+    @property
+    def run_settings(self) -> dict[str, Any]:
+        return run_settings(self.spec, self.checkpoint)
+
+
+def _no_values() -> dict[str, tuple[str, ...]]:
+    return {}
+
+
+def _no_check(_settings: Mapping[str, Any]) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """One ``command`` a table's run may name.
+
+    ``fields``: the settings a run may carry; ``columns``/``values``: its readings' columns and the
+    values a column may take (a config's ``where`` is checked against them); ``families``: the data
+    families that serve it (given its settings); ``target``/``unit``/``pair``: a metric's default
+    target column, the bootstrap unit, the columns that pair two selections of the same rows;
+    ``per_item``: (prefilled contexts, decoded tokens) an item costs, for the plan; ``context_tokens``:
+    a prompt's typical length (assumed, for the plan); ``check``: one line on settings it refuses;
+    ``rows``: run (or resume) and return the readings."""
+
+    name: str
+    fields: Callable[[], tuple[str, ...]]
+    columns: Callable[[], tuple[str, ...]]
+    families: Callable[[Mapping[str, Any]], tuple[str, ...]]
+    per_item: Callable[[Mapping[str, Any]], tuple[int, int]]
+    rows: Callable[[RunContext], Rows]
+    target: str = "correct"
+    unit: str = "item_id"
+    pair: tuple[str, ...] = ("item_id",)
+    context_tokens: int = 300
+    values: Callable[[], dict[str, tuple[str, ...]]] = _no_values
+    check: Callable[[Mapping[str, Any]], str | None] = _no_check
+
+
+def run_settings(spec: RunSpec, ck: Checkpoint) -> dict[str, Any]:
+    """A run's command settings for one checkpoint: the config's, and where the run samples at each
+    checkpoint's own generation settings (App. E), the sampling settings its ``generation_config``
+    sets over the library's defaults: the checkpoint's own file where it can be read here (a bundled
+    model, a folder, the hub cache at the pinned revision), else the values the config records."""
+    out = dict(spec.settings)
+    if spec.sampling_from == "generation_config":
+        from sleight.backends.resolve import own_generation_config
+        from sleight.readout.ptrue.answers import generation_sampling
+
+        own = own_generation_config(ck.model, ck.revision)
+        out.update(decode="sampled", **generation_sampling(ck.generation_config if own is None else own))
+    return out
+
+
+def setting_int(settings: Mapping[str, object], key: str, default: int) -> int:
+    """An integer setting for the plan (the default where it is absent or not a number)."""
+    v = settings.get(key, default)
+    return int(v) if isinstance(v, (int, float)) else default

@@ -1,0 +1,87 @@
+"""``constructed-reader`` runs: Table 7 (App. C.7) -- the forecast pipeline's note-only reader on
+constructed notes, half stating the answer and half about an unrelated passage
+(:mod:`sleight.readout.forecast.constructed`), read against the spaced and the unspaced letters.
+
+The run is a :mod:`sleight.rundir` run directory of its own kind: its readings (one row per item
+and spacing) are written once the pass finishes; a finished run is only re-read, a killed one
+starts its single pass again, and a directory made with other data is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sleight import rundir
+from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind
+
+KIND = "constructed-reader"
+READINGS = "readings.parquet"
+IDENTITY_KEYS = ("data", "limit", "items_sha256")
+SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("note_kind", pa.string()),
+        ("spacing", pa.string()),
+        ("mass", pa.float64()),
+        ("argmax_on_option", pa.float64()),
+        ("choice", pa.string()),
+        ("correct", pa.float64()),
+        ("agree", pa.float64()),
+    ]
+)
+
+
+def constructed_rows(ctx: RunContext) -> Rows:
+    import pyarrow.parquet as pq
+
+    from sleight.readout.data import race_items
+    from sleight.readout.forecast.constructed import read_constructed
+    from sleight.rundir import RunDir
+
+    ds, items = race_items(ctx.data, ctx.limit)
+    records = ds.view("forecast", ctx.limit)
+    config = {"data": ctx.data, "limit": ctx.limit, "items_sha256": rundir.digest(records)}
+    run = RunDir(ctx.run_dir, KIND, identity_keys=IDENTITY_KEYS)
+    manifest = run.check(config)
+    path = ctx.run_dir / READINGS
+    if not (manifest and manifest.get("completed") and path.is_file()):
+        model = ctx.model()
+        session = run.open(config, model.info.as_dict(), units=len(items))
+        completed = False
+        try:
+            rows = read_constructed(model, items, records)
+            rundir.write_table(path, rundir.table_from_rows(rows, SCHEMA), schema=SCHEMA, tmp_dir=session.tmp_dir)
+            session.committed(len(items))
+            completed = True
+        finally:
+            session.finish(completed)
+    return pq.read_table(path, schema=SCHEMA).to_pylist()
+
+
+def _values() -> dict[str, tuple[str, ...]]:
+    from sleight.readout.forecast.constructed import SPACING_NAMES
+
+    return {"spacing": SPACING_NAMES, "note_kind": ("constructed", "unrelated")}
+
+
+def _per_item(_s: Mapping[str, Any]) -> tuple[int, int]:
+    return 1, 0  # one reader context, both option sets read at its position
+
+
+KINDS = (
+    RunKind(
+        KIND,
+        fields=lambda: (),
+        columns=lambda: tuple(SCHEMA.names),
+        values=_values,
+        families=lambda _s: ("race-h",),
+        per_item=_per_item,
+        rows=constructed_rows,
+        target="correct",
+        unit="item_id",
+        context_tokens=250,
+    ),
+)
