@@ -4,9 +4,10 @@ to one continuously batched lockstep decode (:class:`sleight.backends.hf.GreedyS
 Question by question, each question's clean reply decodes alone at batch 1 and its trial batch
 empties as rows finish. Here all the clean runs are submitted up front (they decode together, as
 full a batch as there are questions, up to ``live_rows``), a question's trial request is submitted
-as soon as its clean run is done (queued requests join longest clean reply first, so that the
-batch ends on short rows rather than waiting on a long tail), and its rows are admitted as rows
-retire, up to ``live_rows``: on
+as soon as its clean run passes its first trigger (the trials need only the prefix before it;
+queued requests join longest clean reply first once that is known, so that the batch ends on short
+rows rather than waiting on a long tail), and its rows are admitted as rows retire, up to
+``live_rows``: on
 a ragged batch (:mod:`sleight.backends.ragged`) in pieces, so the batch stays full until the queue
 runs dry, with no padding; otherwise whole, once all its rows fit. A question's trials are still
 forked from its own clean prefix, decided by the same hook, and finished and committed per question
