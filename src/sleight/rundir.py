@@ -760,6 +760,33 @@ class RunDir:
         """A session that had nothing to do still says so (it may be the one that completes the run)."""
         Session(self, shard, model).finish(completed)
 
+    def commit_parts(
+        self,
+        config: Mapping[str, Any],
+        todo: Sequence[str],
+        *,
+        units: int,
+        start: Callable[[], Mapping[str, Any]],
+        write: Callable[[str, Path], None],
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Each part of ``todo`` in one session: ``start()`` (load the model; its info) once, then
+        ``write(key, tmp_dir)`` commits a part and the session counts it. With nothing to do, a run
+        not yet marked completed is marked so (a finished run loads no model)."""
+        if not todo:
+            if not (self.read_manifest() or {}).get("completed"):
+                self.record_session(ALL, completed=True)
+            return
+        session = self.open(config, start(), units=units, extra=extra)
+        completed = False
+        try:
+            for key in todo:
+                write(key, session.tmp_dir)
+                session.committed(1)
+            completed = True
+        finally:
+            session.finish(completed)
+
 
 def kind_of(path: Path | str) -> str | None:
     """The kind of run in ``path`` (None when it holds no readable manifest)."""

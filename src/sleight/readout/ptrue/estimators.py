@@ -171,21 +171,18 @@ def run_estimators_dir(
     chunks = {f"{k:05d}": list(items[k : k + CHUNK]) for k in range(0, len(items), CHUNK)}
     done = parts.verified(list(chunks))
     todo = [k for k in chunks if k not in done]
-    if todo:
-        model = load_model()
-        session = run.open(config, model.info.as_dict(), units=len(chunks), extra={"engine": None})
-        completed = False
-        try:
-            for k in todo:
-                wide, engine, notes = estimator_rows(model, chunks[k], instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
-                rundir.write_json(out / "engine.json", {"engine": engine, "notes": notes})
-                parts.write(k, rundir.table_from_rows(long_rows(wide), ESTIMATOR_SCHEMA), tmp_dir=session.tmp_dir)
-                session.committed(1)
-            completed = True
-        finally:
-            session.finish(completed)
-    elif not (run.read_manifest() or {}).get("completed"):
-        run.record_session(rundir.ALL, completed=True)
+    loaded: list[LanguageModel] = []
+
+    def start() -> dict[str, Any]:
+        loaded.append(load_model())
+        return loaded[0].info.as_dict()
+
+    def write(k: str, tmp_dir: Path) -> None:
+        wide, engine, notes = estimator_rows(loaded[0], chunks[k], instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
+        rundir.write_json(out / "engine.json", {"engine": engine, "notes": notes})
+        parts.write(k, rundir.table_from_rows(long_rows(wide), ESTIMATOR_SCHEMA), tmp_dir=tmp_dir)
+
+    run.commit_parts(config, todo, units=len(chunks), start=start, write=write, extra={"engine": None})
     table = parts.read(list(chunks))
     rundir.write_table(out / READINGS, table, schema=ESTIMATOR_SCHEMA)
     long = table.to_pylist()

@@ -380,23 +380,22 @@ def run_scan(
     keys = [part_key(n) for n in config.presets]
     done = {k for k in parts.verified(keys) if (out / ROWS_DIR / f"{k}.json").is_file()}
     todo = [n for n in config.presets if part_key(n) not in done]
-    if todo:
-        loaded: LanguageModel = model() if callable(model) and not hasattr(model, "info") else model  # type: ignore[assignment]
-        session = run.open(config.record(), loaded.info.as_dict(), units=len(config.presets))
-        completed = False
-        try:
-            for name in todo:
-                if show_progress:
-                    print(f"scan: {name}", flush=True)
-                row, readings = scan_preset(loaded, name, out, config, show_progress=show_progress, B=B)
-                rundir.write_json(out / ROWS_DIR / f"{part_key(name)}.json", row)  # before the part: the part commits the preset
-                parts.write(part_key(name), rundir.table_from_rows(readings, SCAN_SCHEMA), tmp_dir=session.tmp_dir)
-                session.committed(1)
-            completed = True
-        finally:
-            session.finish(completed)
-    elif not (run.read_manifest() or {}).get("completed"):
-        run.record_session(rundir.ALL, completed=True)
+    loaded: list[LanguageModel] = []
+
+    def start() -> dict[str, Any]:
+        loaded.append(model() if callable(model) and not hasattr(model, "info") else model)  # type: ignore[arg-type]
+        return loaded[0].info.as_dict()
+
+    def write(key: str, tmp_dir: Path) -> None:
+        name = by_key[key]
+        if show_progress:
+            print(f"scan: {name}", flush=True)
+        row, readings = scan_preset(loaded[0], name, out, config, show_progress=show_progress, B=B)
+        rundir.write_json(out / ROWS_DIR / f"{key}.json", row)  # before the part: the part commits the preset
+        parts.write(key, rundir.table_from_rows(readings, SCAN_SCHEMA), tmp_dir=tmp_dir)
+
+    by_key = {part_key(n): n for n in config.presets}
+    run.commit_parts(config.record(), [part_key(n) for n in todo], units=len(config.presets), start=start, write=write)
     rows = [rundir.read_json(out / ROWS_DIR / f"{k}.json") for k in keys]
     table = parts.read(keys)
     rundir.write_table(out / READINGS, table, schema=SCAN_SCHEMA)
