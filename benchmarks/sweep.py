@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--live-rows", default="202", help="comma-separated live-row bounds for the sweep order; 0: no sweep-order run (default: 202)")
     ap.add_argument("--baseline", action="store_true", help="also run the question-by-question order and compare the trials")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="a question-order run directory of the same questions (an earlier --baseline --keep) to compare the trials with, instead of --baseline")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: a temporary folder)")
     ap.add_argument("--fill-steps", type=int, default=None, help="steps of the full-batch reference (default: --max-new-tokens)")
@@ -273,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   full sweep: projected {FULL_TRIALS / (n_trials / walls[name]) / 60:.1f} min"
               + (f"; measured {walls[name] / 60:.1f} min" if n_trials == FULL_TRIALS and args.max_new_tokens == 256 else ""))
 
+    if args.reference is not None and "question" not in runs:
+        runs = {"question": args.reference, **runs}
     if "question" in runs and len(runs) > 1:
         ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
         for name, out in runs.items():
@@ -284,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                      if len(a) == len(b) and len(a)), default=0.0)
             print(f"\n{name} vs question order: {same}/{len(ref)} trials token-identical; max |d log-prob| {d:.2e} (identical-length trials)")
         for name in runs:
-            if name != "question":
+            if name != "question" and "question" in walls:
                 print(f"{name}: {walls['question'] / walls[name]:.2f}x the question order's speed")
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)

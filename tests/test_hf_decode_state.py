@@ -17,12 +17,26 @@ def records(batch: int, seed: int, top_k: int = 3):
     return _position_records(torch.randn((batch, VOCAB), generator=g), top_k)
 
 
+def test_greedy_is_argmax_read_off_the_top_k():
+    """The first of equal maxima, as argmax gives it, whichever order top-k lists a tie in."""
+    logits = torch.randn((4, VOCAB), generator=torch.Generator().manual_seed(1))
+    logits[2, 6] = logits[2, 3] = logits[2].max() + 1
+    for k in (0, 1, 3):
+        rec = _position_records(logits, k)
+        assert rec.greedy() == logits.argmax(-1).tolist() and rec.greedy()[2] == 3
+
+
 def test_position_records_formula():
     logits = torch.randn((2, 5, VOCAB), generator=torch.Generator().manual_seed(0))
     rec = _position_records(logits, 3)
     lp = torch.log_softmax(logits.float(), dim=-1)
     assert torch.equal(rec.lp, lp)
-    assert np.array_equal(rec.entropy, (-(lp.exp() * lp).nan_to_num().sum(-1)).numpy())
+    # one fused dot product a position: the spelled-out sum to float32 rounding (8 terms <= log 8)
+    np.testing.assert_allclose(rec.entropy, (-(lp.exp() * lp).sum(-1)).numpy(), rtol=0, atol=8 * np.log(VOCAB) * np.finfo(np.float32).eps)
+    masked = logits.clone()
+    masked[0, 1, :3] = float("-inf")  # 0 * -inf: those terms count as 0, not NaN
+    lpm = torch.log_softmax(masked, dim=-1)
+    np.testing.assert_allclose(_position_records(masked, 3).entropy[0, 1], float(-(lpm.exp() * lpm)[0, 1, 3:].sum()), rtol=1e-6)
     tv, ti = torch.topk(lp, 3, dim=-1)
     assert np.array_equal(rec.top_ids, ti.numpy()) and np.array_equal(rec.top_lp, tv.numpy())
     assert rec.top_ids.shape == (2, 5, 3) and rec.top_lp.dtype == np.float32

@@ -81,6 +81,33 @@ def test_select_fills_holes_from_the_tail_and_keeps_each_rows_columns():
     assert cache.select([]) == [] and cache.segments == []
 
 
+@pytest.mark.parametrize("reserve", [200, 2])
+def test_fresh_memory_is_never_read_as_a_masked_column(reserve):
+    """A segment's buffer is allocated for its budget up front (``reserve``; 2: it grows as rows
+    do) and made finite only ahead of its widest row. Whatever fresh memory holds past that (NaN
+    here) is never read: a masked tail column weighs exactly 0, and 0 * NaN would poison the row."""
+    cache = RaggedCache(1)
+    own, ownv = _rand(2, KV, 3, D, seed=80), _rand(2, KV, 3, D, seed=81)
+    cache.add(None, [3, 1], own, [own], [ownv], reserve=reserve)
+    seg = cache.segments[0]
+    assert seg.keys[0].shape[-2] == 3 + reserve and seg.finite == min(3 + reserve, 3 + 1 + 64)
+    for t in (seg.keys[0], seg.values[0]):
+        t[:, :, seg.finite :] = float("nan")
+    keys = [[own[i, :, :n]] for i, n in enumerate([3, 1])]
+    values = [[ownv[i, :, :n]] for i, n in enumerate([3, 1])]
+    for step in range(70):
+        cache.begin_step()
+        new_k, new_v, q = _rand(2, KV, 1, D, seed=100 + step), _rand(2, KV, 1, D, seed=200 + step), _rand(2, H, 1, D, seed=300 + step)
+        cache.update(new_k, new_v, 0)
+        out, _ = ragged_attention(_Module(0), q, new_k, new_v, None, ragged=cache)
+        for i in range(2):
+            keys[i].append(new_k[i])
+            values[i].append(new_v[i])
+        torch.testing.assert_close(out.transpose(1, 2), _reference(q, [torch.cat(k, -2) for k in keys], [torch.cat(v, -2) for v in values]))
+        cache.end_step()
+    assert cache.positions() == [73, 71]
+
+
 def test_merge_is_softmax_over_the_union():
     q, k, v = _rand(1, H, 1, D, seed=1), _rand(1, KV, 9, D, seed=2), _rand(1, KV, 9, D, seed=3)
     whole = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -88,7 +115,7 @@ def test_merge_is_softmax_over_the_union():
     for sl in (slice(0, 4), slice(4, 9)):
         s = torch.matmul(q.reshape(1, KV, H // KV, D), k[:, :, sl].transpose(-1, -2)) * D**-0.5
         parts.append((torch.matmul(torch.softmax(s, -1), v[:, :, sl]).reshape(1, H, 1, D), torch.logsumexp(s, -1).reshape(1, H, 1)))
-    torch.testing.assert_close(merge_attention(parts), whole)
+    torch.testing.assert_close(merge_attention(*parts), whole)
 
 
 # -- the engine -------------------------------------------------------------------------------------

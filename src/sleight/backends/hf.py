@@ -66,16 +66,31 @@ class _Records:
     top_lp: np.ndarray  # (..., k) float32
     entropy: np.ndarray  # (...,) float32, exact over the full vocabulary
 
+    def greedy(self) -> list[int]:
+        """Each position's argmax, the first of equal maxima as ``argmax`` gives it: read off the
+        top-k (one pass over the vocabulary fewer) wherever its first two differ."""
+        if self.top_ids.shape[-1] < 2:
+            return self.lp.argmax(-1).tolist()
+        ids = self.top_ids[..., 0].copy()
+        tie = self.top_lp[..., 0] == self.top_lp[..., 1]
+        if tie.any():
+            ids[tie] = self.lp[torch.from_numpy(tie)].argmax(-1).cpu().numpy()
+        return ids.tolist()
+
 
 def _position_records(logits: torch.Tensor, top_k: int) -> _Records:
     """``(..., vocab)`` logits -> the float32 log-softmax and, on the host, top-k ids and log-probs
     and the exact entropy per position. The one formula of every record: greedy decoding,
     teacher-forced scoring and next-token reads. ``top_k`` is capped at the vocabulary; <= 0 gives
-    no top-k columns."""
+    no top-k columns. The entropy is one fused dot product a position; a position with -inf
+    log-probs (0 * -inf) takes the spelled-out sum, which counts those terms as 0."""
     lp = torch.log_softmax(logits.float(), dim=-1)
-    ent = (-(lp.exp() * lp).nan_to_num().sum(-1)).cpu().numpy()
+    ent = -torch.linalg.vecdot(lp.exp(), lp)
+    bad = ent.isnan()
+    if bool(bad.any()):
+        ent[bad] = -(lp[bad].exp() * lp[bad]).nan_to_num().sum(-1)
     tv, ti = torch.topk(lp, max(0, min(top_k, lp.shape[-1])), dim=-1)
-    return _Records(lp, ti.cpu().numpy(), tv.cpu().numpy(), ent)
+    return _Records(lp, ti.cpu().numpy(), tv.cpu().numpy(), ent.cpu().numpy())
 
 
 # -- lockstep decoding state -------------------------------------------------------------------
@@ -639,6 +654,11 @@ class _Request:
     prefix: Prefix | None = None  # their keys and values, computed once, shared by every piece
     prefix_cache: Any = None  # the same as a slab cache, to fork for rows whose prompts differ after it
 
+    @property
+    def columns(self) -> int:
+        """Cache columns a row may add past its prompt: its budget, its forced tokens, the prompt's last token."""
+        return self.max_new + max(map(len, self.forced), default=0) + 1
+
 
 _MIN_PIECE = 16  # a request's rows join a running ragged batch at least this many at a time (or all it has left)
 
@@ -779,7 +799,7 @@ class GreedyStream:
         assert self.logits is not None and self.mask is not None
         st, dev = self.state, self.model.device
         records = _position_records(self.logits, self.top_k)
-        proposals = records.lp.argmax(-1).tolist()  # one call for the batch, not one per row
+        proposals = records.greedy()  # one call for the batch, not one per row
         st.begin(records, col=self.mask.shape[1])
         for b, c in st.choose(proposals):
             self.mask[b, c] = 0
@@ -823,7 +843,7 @@ class GreedyStream:
         if st.alive:
             assert self.logits is not None and isinstance(self.cache, RaggedCache)
             records = _position_records(self.logits, self.top_k)
-            proposals = records.lp.argmax(-1).tolist()
+            proposals = records.greedy()
             self._col += 1
             st.begin(records, col=self._col)
             for b, n in Counter(b for b, _ in st.choose(proposals)).items():
@@ -878,7 +898,7 @@ class GreedyStream:
                     lens = [n + req.prefix.length for n in lens]
                 plain.append((req, lo, hi, own_k, own_v, lens))
             else:
-                at = self._cache().add(req.prefix, lens, self._template(), own_k, own_v, rows=len(req.prompts) - lo)
+                at = self._cache().add(req.prefix, lens, self._template(), own_k, own_v, rows=len(req.prompts) - lo, reserve=req.columns)
                 self._join_rows(req, lo, hi, at)
             req.joined = hi
             if req.joined == len(req.prompts):
@@ -895,6 +915,7 @@ class GreedyStream:
                 self._template(),
                 [torch.cat([k[layer] for k in pad], 0) for layer in range(n_layers)] if width else (),
                 [torch.cat([v[layer] for v in padv], 0) for layer in range(n_layers)] if width else (),
+                reserve=max(p[0].columns for p in plain),
             )
             for req, lo, hi, *_ in plain:
                 self._join_rows(req, lo, hi)

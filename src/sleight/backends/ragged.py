@@ -36,6 +36,7 @@ from transformers.cache_utils import Cache
 
 NAME = "sleight_ragged"
 _SPARE = 128  # columns reserved past what is needed when a segment's buffer grows
+_ZERO_AHEAD = 64  # columns made finite ahead of the widest row, so a buffer's pages are touched as rows grow
 _MERGE_SPAN = 32  # a piece joins its request's segment while that segment's rows are at most this many columns longer
 
 
@@ -61,6 +62,7 @@ class Segment:
     lens: list[int]  # own columns per live row, in batch order
     mask: torch.Tensor | None = None  # this step's additive mask over the own columns (None: no tails)
     width: int = 0  # this step's own columns read (the longest row's, with its new column)
+    finite: int = 0  # columns ``[0, finite)`` hold finite numbers in every row: a masked column must not be NaN
     index: torch.Tensor | None = None  # this step's row numbers, for the per-row column writes
 
     @property
@@ -86,15 +88,12 @@ def _lse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return out.reshape(b, h, n, d), lse.reshape(b, h, n)
 
 
-def merge_attention(parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Softmax attention over the union of disjoint key sets, from each set's output and log-sum-exp."""
-    lses = torch.stack([lse.float() for _, lse in parts])
-    top = lses.amax(0)
-    w = (lses - top).exp()
-    total = w.sum(0)
-    out = sum(o.float() * (wi / total)[..., None] for (o, _), wi in zip(parts, w))
-    assert isinstance(out, torch.Tensor)
-    return out.to(parts[0][0].dtype)
+def merge_attention(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Softmax attention over the union of two disjoint key sets, from each set's output and
+    log-sum-exp: the first set's share of the weight is sigmoid(lse1 - lse2)."""
+    (a, la), (b, lb) = first, second
+    w = torch.sigmoid(la.float() - lb.float())[..., None]
+    return torch.lerp(b.float(), a.float(), w).to(a.dtype)
 
 
 class RaggedCache(Cache):
@@ -149,6 +148,7 @@ class RaggedCache(Cache):
         own_v: Sequence[torch.Tensor] = (),
         *,
         rows: int | None = None,
+        reserve: int = _SPARE,
     ) -> int:
         """New rows: ``prefix`` shared (or None), and per layer ``own_k``/``own_v`` ``(rows, kv_heads,
         columns, head_dim)`` whose first ``lens[i]`` columns row ``i`` owns (none given: no own columns
@@ -156,8 +156,10 @@ class RaggedCache(Cache):
         the last segment sharing ``prefix`` where it has room for them and its rows are at most
         ``_MERGE_SPAN`` columns longer (pieces of one request decode as one segment: one attention
         call instead of one a piece, a few masked tail columns instead); else they form a new segment
-        at the end, with room for ``rows`` rows (default: these). Returns the batch position of the
-        first new row (its rows follow in order)."""
+        at the end, with room for ``rows`` rows (default: these) and ``reserve`` columns past the
+        longest (a request's budget: its buffer then never grows and is never copied). The buffer is
+        made finite only ahead of its widest row (:meth:`begin_step`), so its untouched pages cost
+        nothing. Returns the batch position of the first new row (its rows follow in order)."""
         m = len(lens)
         seg = next((g for g in reversed(self.segments) if prefix is not None and g.prefix is prefix), None)
         if seg is not None and seg.size + m <= seg.keys[0].shape[0] and max(lens, default=0) <= seg.keys[0].shape[-2]:
@@ -166,25 +168,36 @@ class RaggedCache(Cache):
                 lo = seg.size
                 if own_k:
                     have = int(own_k[0].shape[-2])
+                    self._make_finite(seg, have)  # before the write: it zeroes every row's columns past ``finite``
                     for layer in range(self.n_layers):
                         seg.keys[layer][lo : lo + m, :, :have] = own_k[layer]
                         seg.values[layer][lo : lo + m, :, :have] = own_v[layer]
                 seg.lens.extend(lens)
                 return at
-        cap = max(lens, default=0) + _SPARE
-        keys, values = [], []
-        for layer in range(self.n_layers):
-            k = template.new_zeros((max(m, rows or m), template.shape[1], cap, template.shape[-1]))
-            v = k.clone()
-            if own_k:
+        cap = max(lens, default=0) + max(1, reserve)
+        shape = (max(m, rows or m), template.shape[1], cap, template.shape[-1])
+        keys = [template.new_empty(shape) for _ in range(self.n_layers)]
+        values = [template.new_empty(shape) for _ in range(self.n_layers)]
+        seg = Segment(prefix, keys, values, list(lens))
+        self._make_finite(seg, min(cap, max(lens, default=0) + 1 + _ZERO_AHEAD))
+        if own_k:
+            for layer in range(self.n_layers):
                 have = int(own_k[layer].shape[-2])
-                k[:m, :, :have] = own_k[layer]
-                v[:m, :, :have] = own_v[layer]
-            keys.append(k)
-            values.append(v)
+                keys[layer][:m, :, :have] = own_k[layer]
+                values[layer][:m, :, :have] = own_v[layer]
         at = self.rows
-        self.segments.append(Segment(prefix, keys, values, list(lens)))
+        self.segments.append(seg)
         return at
+
+    @staticmethod
+    def _make_finite(seg: Segment, upto: int) -> None:
+        """Zero columns ``[seg.finite, upto)`` of every row. A masked column's weight is exactly 0,
+        but 0 times a NaN left in fresh memory is NaN: a column read must hold a number (zero, or
+        a retracted or retired row's stale one)."""
+        if upto > seg.finite:
+            for t in (*seg.keys, *seg.values):
+                t[:, :, seg.finite : upto].zero_()
+            seg.finite = upto
 
     def retract(self, row: int, n: int) -> None:
         """Row ``row`` (batch position) withdrew its last ``n`` cached columns."""
@@ -241,9 +254,11 @@ class RaggedCache(Cache):
                 grow = need + max(_SPARE, cap // 4)
                 for store in (seg.keys, seg.values):
                     for layer, t in enumerate(store):
-                        bigger = t.new_zeros((t.shape[0], t.shape[1], grow, t.shape[-1]))
+                        bigger = t.new_empty((t.shape[0], t.shape[1], grow, t.shape[-1]))
                         bigger[:, :, :cap] = t
                         store[layer] = bigger
+            if need > seg.finite:
+                self._make_finite(seg, min(int(seg.keys[0].shape[-2]), need + _ZERO_AHEAD))
             seg.width = need
             dev = seg.keys[0].device
             seg.index = torch.stack([torch.arange(seg.size, device=dev), torch.tensor(seg.lens, device=dev)])
@@ -307,7 +322,7 @@ def ragged_attention(
         own = _lse_attention(q, k, v, seg.mask, scale)
         # every row's query against the prefix at once: the rows become query positions of one sequence
         pre_o, pre_lse = _lse_attention(q.transpose(0, 2), seg.prefix.keys[layer], seg.prefix.values[layer], None, scale)
-        outs.append(merge_attention([own, (pre_o.transpose(0, 2), pre_lse.transpose(0, 2))]))
+        outs.append(merge_attention(own, (pre_o.transpose(0, 2), pre_lse.transpose(0, 2))))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, 0)
     return out.transpose(1, 2).contiguous(), None
 
