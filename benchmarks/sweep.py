@@ -235,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
               f"projected full sweep {FULL_TRIALS / (trials / wall) / 60:.1f} min", flush=True)
         print(f"   decode steps: {len(steps)}; time with one row {one / total_steps:.0%}, full batches {full / total_steps:.0%}, "
               f"partial batches {part / total_steps:.0%}; peak RSS {peak_rss_gib():.2f} GiB{kv}")
+        edges = [0, cap // 4, cap // 2, int(0.9 * cap), cap + 1]
+        for lo, hi in zip(edges, edges[1:]):
+            sel = [(dt, n) for dt, n in steps if lo <= n < hi]
+            if sel:
+                sec, tok = sum(dt for dt, _ in sel), sum(n for _, n in sel)
+                print(f"   steps feeding {lo}-{hi - 1} rows: {len(sel)} steps, {sec:.1f} s ({sec / total_steps:.0%}), {sec / len(sel):.3f} s a step, {tok / sec:.1f} tok/s")
+        if args.keep is not None:
+            (root / f"{name}.steps.tsv").write_text("seconds\trows\n" + "".join(f"{dt:.6f}\t{n}\n" for dt, n in steps))
         for label, sec in sorted(timers.spent.items(), key=lambda kv: -kv[1]):
             print(f"   {label:40s} {sec:8.1f} s  {sec / wall:5.1%}")
         gflops = 2 * n_params * tps / 1e9
