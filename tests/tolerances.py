@@ -45,3 +45,9 @@ STUDY_ATOL = 1e-3
 # *unquantized* dequantized folder shows the same gap (max 1.5e-2, mean 3e-3), so it is float16
 # arithmetic (10-bit mantissa through 30 layers), not the int4 kernel. About 3x above the worst case.
 AWQ_LOGPROB_ATOL = 5e-2
+
+
+# A float32 sum of n terms evaluated in another order (a fused dot product against the spelled-out sum):
+# each partial sum rounds by at most eps of the running total, itself at most n x the largest term.
+def float32_reorder_atol(n_terms: int, largest_term: float) -> float:
+    return n_terms * largest_term * 2.0**-23
