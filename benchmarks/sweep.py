@@ -7,6 +7,7 @@ questions) against the question-by-question order, in one process, on the same q
     python benchmarks/sweep.py --questions 10 --live-rows 0 --baseline  # the question order alone
     python benchmarks/sweep.py --questions 2 --substitutes 4 --max-new-tokens 16 --baseline   # smoke, seconds
     python benchmarks/sweep.py --questions 1 --substitutes 4 --max-new-tokens 8 --live-rows 8 --fill-steps 4 --skip-vllm   # smoke
+    python benchmarks/sweep.py --questions 2 --engine-vllm --reference DIR   # and the sweep on vLLM-CPU (two-phase, no twin)
 
 Each order runs ``sleight.tamper.runner.run_tamper`` (what ``sleight tamper run`` calls) into a fresh
 run directory. Printed per order: wall time, trials/s, tokens/s, the projected full sweep
@@ -25,7 +26,10 @@ rows per question, as the trials are); that unhooked rate over **raw vLLM-CPU gr
 prompts, rows and steps (``ignore_eos``; when vllm imports, unless ``--skip-vllm``); the **bytes
 read per step** (the weights, and the KV columns attention read: live, and masked tails, from the
 ragged batch's own counts); the projected full sweep and, with ``--questions 100`` at the default
-size, the measured one.
+size, the measured one. With ``--engine-vllm``, the same questions on vLLM-CPU as ``sleight tamper
+run --engine vllm --decoding two-phase`` runs them (no twin: vLLM scores its own tokens), its rate
+over raw vLLM-CPU greedy at one question's rows and over each hf order's, and its trials against
+the question order's. vLLM needs ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
 """
 
 from __future__ import annotations
@@ -124,19 +128,24 @@ def full_batch_rate(model, prompts: list[list[int]], rows: int, per_request: int
     return sum(n for _, n in seen[1:]) / dt, getattr(stream, "columns_live", 0) / k, getattr(stream, "columns_masked", 0) / k
 
 
-def vllm_greedy_rates(model, args, prompts: list[list[int]], row_counts: list[int], steps: int) -> dict[int, float]:
-    """Raw vLLM-CPU greedy on the same prompts: ``rows`` requests (prompts cycled), ``steps`` tokens
-    each, end-of-sequence ignored; tok/s per row count (prefill included). Empty when vllm does not import."""
+def load_vllm(args):
+    """The default model on vLLM-CPU, scoring its own tokens (no twin); None when vllm does not import."""
     try:
         import vllm  # noqa: F401
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         from sleight.backends import load_model
-    except Exception as exc:  # vllm-cpu absent or broken: the ratio is left out
-        print(f"\nraw vLLM-CPU greedy: skipped ({type(exc).__name__}: {exc})")
-        return {}
-    v = load_model(args.model, engine="vllm", threads=args.threads)  # scores nothing here: no twin
+    except Exception as exc:  # vllm-cpu absent or broken: its figures are left out
+        print(f"\nvLLM-CPU: skipped ({type(exc).__name__}: {exc})")
+        return None
+    return load_model(args.model, engine="vllm", threads=args.threads)
+
+
+def vllm_greedy_rates(v, prompts: list[list[int]], row_counts: list[int], steps: int) -> dict[int, float]:
+    """Raw vLLM-CPU greedy on the same prompts: ``rows`` requests (prompts cycled), ``steps`` tokens
+    each, end-of-sequence ignored; tok/s per row count (prefill included)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
     v.generate_until([prompts[0]], 2)  # starts the engine
     out: dict[int, float] = {}
     for rows in row_counts:
@@ -148,6 +157,44 @@ def vllm_greedy_rates(model, args, prompts: list[list[int]], row_counts: list[in
         out[rows] = sum(len(r.outputs[0].token_ids) for r in res) / dt
         print(f"raw vLLM-CPU greedy, {rows} rows x {steps} tokens: {out[rows]:.1f} tok/s ({v.info.engine_version})", flush=True)
     return out
+
+
+def vllm_sweep(v, questions, subs, cfg, qsrc: str, ssrc: str, out: Path) -> tuple[float, int]:
+    """The sweep on vLLM-CPU: two-phase decoding (Phase A plain greedy with prefix caching, Phase B
+    vLLM scoring its own tokens), question by question (vLLM batches a question's requests itself),
+    as ``sleight tamper run --engine vllm --decoding two-phase`` runs it. Returns (wall seconds,
+    reply tokens)."""
+    from sleight.tamper.runner import run_tamper
+
+    shutil.rmtree(out, ignore_errors=True)
+    reset_peak_rss()
+    t0 = time.perf_counter()
+    s = run_tamper(v, questions, subs, out, cfg, question_source=qsrc, substitute_source=ssrc, progress=True,
+                   decoding="two-phase", schedule="question")
+    wall = time.perf_counter() - t0
+    print(f"\n== two-phase on vLLM-CPU: {wall:.1f} s, {s.trials / wall:.2f} trials/s, {s.tokens / wall:.1f} tok/s ({s.tokens} tokens); "
+          f"projected full sweep {FULL_TRIALS / (s.trials / wall) / 60:.1f} min; prefix cache {v.engine_stats()}", flush=True)
+    return wall, s.tokens
+
+
+def compare_trials(runs: dict[str, Path], walls: dict[str, float]) -> None:
+    """Each run's trials against the question order's (``runs["question"]``), token for token."""
+    import numpy as np
+
+    from sleight.tamper.store import load_trials
+
+    ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
+    for name, out in runs.items():
+        if name == "question":
+            continue
+        got = load_trials(out).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
+        same = sum(list(a) == list(b) for a, b in zip(ref["token_ids"], got["token_ids"]))
+        d = max((float(np.max(np.abs(np.asarray(a, float) - np.asarray(b, float)))) for a, b in zip(ref["logprobs"], got["logprobs"])
+                 if len(a) == len(b) and len(a)), default=0.0)
+        print(f"\n{name} vs question order: {same}/{len(ref)} trials token-identical; max |d log-prob| {d:.2e} (identical-length trials)")
+    for name in runs:
+        if name != "question" and "question" in walls:
+            print(f"{name}: {walls['question'] / walls[name]:.2f}x the question order's speed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: a temporary folder)")
     ap.add_argument("--fill-steps", type=int, default=None, help="steps of the full-batch reference (default: --max-new-tokens)")
-    ap.add_argument("--skip-vllm", action="store_true", help="leave out raw vLLM-CPU greedy")
+    ap.add_argument("--skip-vllm", action="store_true", help="leave out raw vLLM-CPU greedy (and --engine-vllm)")
+    ap.add_argument("--engine-vllm", action="store_true",
+                    help="also run the sweep on vLLM-CPU (two-phase, no twin) and print its rate beside hf's and raw vLLM-CPU greedy")
     args = ap.parse_args(argv)
 
-    import numpy as np
     import torch
 
     import sleight.backends.hf as hf
@@ -177,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.engine import TamperConfig, render_question
     from sleight.tamper.runner import run_tamper
-    from sleight.tamper.store import RunStore, load_manifest, load_trials
+    from sleight.tamper.store import RunStore, load_manifest
 
     quiet_libraries()
     model = load_model(args.model, threads=args.threads)
@@ -192,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     timers.wrap(hf, "_position_records", "records (log-softmax, top-20, entropy)")
     timers.wrap(hf._DecodeState, "choose", "hook and book-keeping")
     timers.wrap(RunStore, "commit", "committing results")
+    timers.wrap(hf.GreedyStream, "_admit_ragged", "admitting rows (their forward passes too)")
+    timers.wrap(hf.RaggedCache, "begin_step", "ragged cache: masks, zeroing ahead")
     count = SweepProgress.tokens
 
     def tokens(self: SweepProgress, n: int) -> None:
@@ -261,8 +311,13 @@ def main(argv: list[str] | None = None) -> int:
             fill[rows] = full_batch_rate(model, prompts, rows, len(subs), steps)
             print(f"\nengine, unhooked, {rows} rows kept full for {steps} steps: {fill[rows][0]:.1f} tok/s", flush=True)
     vllm_rate: dict[int, float] = {}
-    if not args.skip_vllm:
-        vllm_rate = vllm_greedy_rates(model, args, prompts, sorted(fill), steps)
+    v = None if args.skip_vllm else load_vllm(args)
+    if v is not None:
+        vllm_rate = vllm_greedy_rates(v, prompts, sorted(set(fill) | ({len(subs)} if args.engine_vllm else set())), steps)
+        if args.engine_vllm:
+            wall, tokens = vllm_sweep(v, questions, subs, cfg, qsrc, ssrc, root / "two-phase-vllm")
+            runs["two-phase-vllm"], walls["two-phase-vllm"], counted["two-phase-vllm"] = root / "two-phase-vllm", wall, tokens
+        v.close()
     fmt = lambda b: f"{b / 2**20:.0f} MiB"  # noqa: E731
     print(f"\nbytes read a step: weights {fmt(weight_bytes)}; KV {col_bytes / 1024:.1f} KiB a column (all layers, keys and values)")
     for order, live in orders:
@@ -283,23 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   full sweep: projected {FULL_TRIALS / (n_trials / walls[name]) / 60:.1f} min"
               + (f"; measured {walls[name] / 60:.1f} min" if n_trials == FULL_TRIALS and args.max_new_tokens == 256 else ""))
 
+    if "two-phase-vllm" in walls:
+        tps = counted["two-phase-vllm"] / walls["two-phase-vllm"]
+        print(f"two-phase-vllm: {tps:.1f} tok/s; {tps / vllm_rate[len(subs)]:.2f} of raw vLLM-CPU greedy at {len(subs)} rows; "
+              + "; ".join(f"{tps / (counted[n] / walls[n]):.2f}x hf {n}" for n in walls if n != "two-phase-vllm")
+              + f"; full sweep projected {FULL_TRIALS / (len(questions) * len(subs) / walls['two-phase-vllm']) / 60:.1f} min")
     if args.reference is not None and "question" not in runs:
         runs = {"question": args.reference, **runs}
     if "question" in runs and len(runs) > 1:
-        ref = load_trials(runs["question"]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
-        for name, out in runs.items():
-            if name == "question":
-                continue
-            got = load_trials(out).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
-            same = sum(list(a) == list(b) for a, b in zip(ref["token_ids"], got["token_ids"]))
-            d = max((float(np.max(np.abs(np.asarray(a, float) - np.asarray(b, float)))) for a, b in zip(ref["logprobs"], got["logprobs"])
-                     if len(a) == len(b) and len(a)), default=0.0)
-            print(f"\n{name} vs question order: {same}/{len(ref)} trials token-identical; max |d log-prob| {d:.2e} (identical-length trials)")
-        for name in runs:
-            if name != "question" and "question" in walls:
-                print(f"{name}: {walls['question'] / walls[name]:.2f}x the question order's speed")
-    if args.keep is None:
-        shutil.rmtree(root, ignore_errors=True)
+        compare_trials(runs, walls)
     return 0
 
 

@@ -45,8 +45,9 @@ def test_fill_order_moves_only_rows_that_fill_holes():
 
 
 def test_ragged_attention_equals_each_row_alone():
-    """A prefix segment (rows of different lengths, one after a retraction) and a plain one: every
-    row's output is its own attention over its live columns, to float32 rounding."""
+    """A prefix segment (rows of different lengths, one after a retraction), a plain one, and a
+    second segment of the same prefix after it:
+    every row's output is its own attention over its live columns, to float32 rounding."""
     cache = RaggedCache(LAYERS)
     prefix = Prefix(
         [_rand(1, KV, 5, D, seed=10 + i) for i in range(LAYERS)], [_rand(1, KV, 5, D, seed=20 + i) for i in range(LAYERS)]
@@ -57,11 +58,15 @@ def test_ragged_attention_equals_each_row_alone():
     plain = [_rand(2, KV, 6, D, seed=50 + i) for i in range(LAYERS)]
     plainv = [_rand(2, KV, 6, D, seed=60 + i) for i in range(LAYERS)]
     cache.add(None, [6, 3], plain[0], plain, plainv)
+    late = [_rand(1, KV, 2, D, seed=80 + i) for i in range(LAYERS)]
+    latev = [_rand(1, KV, 2, D, seed=90 + i) for i in range(LAYERS)]
+    assert cache.add(prefix, [2], late[0], late, latev) == 5  # the first segment is full: a new one at the end
+    assert len(cache.segments) == 3
     cache.retract(0, 1)  # row 0 withdraws its last column: 3 left
-    assert cache.positions() == [5 + 3, 5 + 2, 5 + 3, 6, 3]
+    assert cache.positions() == [5 + 3, 5 + 2, 5 + 3, 6, 3, 5 + 2]
     cache.begin_step()
-    new_k, new_v = _rand(5, KV, 1, D, seed=70), _rand(5, KV, 1, D, seed=71)
-    q = _rand(5, H, 1, D, seed=72)
+    new_k, new_v = _rand(6, KV, 1, D, seed=70), _rand(6, KV, 1, D, seed=71)
+    q = _rand(6, H, 1, D, seed=72)
     cache.update(new_k, new_v, 0)
     out, _ = ragged_attention(_Module(0), q, new_k, new_v, None, ragged=cache)
     lens = [3, 2, 3]
@@ -69,11 +74,13 @@ def test_ragged_attention_equals_each_row_alone():
     values = [torch.cat([prefix.values[0][0], ownv[0][i, :, :n], new_v[i]], -2) for i, n in enumerate(lens)]
     keys += [torch.cat([plain[0][i, :, :n], new_k[3 + i]], -2) for i, n in enumerate([6, 3])]
     values += [torch.cat([plainv[0][i, :, :n], new_v[3 + i]], -2) for i, n in enumerate([6, 3])]
+    keys.append(torch.cat([prefix.keys[0][0], late[0][0], new_k[5]], -2))
+    values.append(torch.cat([prefix.values[0][0], latev[0][0], new_v[5]], -2))
     torch.testing.assert_close(out.transpose(1, 2), _reference(q, keys, values))
     cache.end_step()
-    assert cache.positions() == [9, 8, 9, 7, 4]
-    # what the next step reads: the prefix once, each row's own columns and new one, the tails masked
-    assert cache.columns_read() == (5 + (5 + 4 + 5) + (8 + 5), (5 - 4) + (8 - 5))
+    assert cache.positions() == [9, 8, 9, 7, 4, 8]
+    # what the next step reads: the prefix once a segment, each row's own columns and new one, the tails masked
+    assert cache.columns_read() == (5 + (5 + 4 + 5) + (8 + 5) + (5 + 4), (5 - 4) + (8 - 5))
 
 
 def test_select_fills_holes_from_the_tail_and_keeps_each_rows_columns():
@@ -91,34 +98,43 @@ def test_select_fills_holes_from_the_tail_and_keeps_each_rows_columns():
 @pytest.mark.parametrize("reserve", [200, 2])
 def test_fresh_memory_is_never_read_as_a_masked_column(reserve):
     """A segment's buffer is allocated for its budget up front (``reserve``; 2: it grows as rows
-    do) and made finite only ahead of its widest row. Whatever fresh memory holds past that (NaN
-    here) is never read: a masked tail column weighs exactly 0, and 0 * NaN would poison the row."""
+    do) and made finite only ahead of its live rows. Whatever fresh memory holds past that (NaN
+    here, in the spare row slot too) is never read: a masked tail column weighs exactly 0, and
+    0 * NaN would poison the row; a row joining at step 10 zeroes its own columns as it joins."""
     cache = RaggedCache(1)
+    prefix = Prefix([_rand(1, KV, 4, D, seed=82)], [_rand(1, KV, 4, D, seed=83)])
     own, ownv = _rand(2, KV, 3, D, seed=80), _rand(2, KV, 3, D, seed=81)
-    cache.add(None, [3, 1], own, [own], [ownv], reserve=reserve)
+    cache.add(prefix, [3, 1], own, [own], [ownv], rows=3, reserve=reserve)
     seg = cache.segments[0]
-    assert seg.keys[0].shape[-2] == 3 + reserve and seg.finite == min(3 + reserve, 3 + 1 + 64)
+    assert seg.keys[0].shape[:3] == (3, KV, 3 + reserve) and seg.finite == min(3 + reserve, 3 + 1 + 64)
     for t in (seg.keys[0], seg.values[0]):
         t[:, :, seg.finite :] = float("nan")
-    keys = [[own[i, :, :n]] for i, n in enumerate([3, 1])]
-    values = [[ownv[i, :, :n]] for i, n in enumerate([3, 1])]
+        t[2:] = float("nan")
+    keys = [[prefix.keys[0][0], own[i, :, :n]] for i, n in enumerate([3, 1])]
+    values = [[prefix.values[0][0], ownv[i, :, :n]] for i, n in enumerate([3, 1])]
     for step in range(70):
+        if step == 10:
+            late, latev = _rand(1, KV, 2, D, seed=84), _rand(1, KV, 2, D, seed=85)
+            assert cache.add(prefix, [2], late, [late], [latev]) == 2 and len(cache.segments) == 1  # joined
+            keys.append([prefix.keys[0][0], late[0]])
+            values.append([prefix.values[0][0], latev[0]])
+        rows = len(keys)
         cache.begin_step()
         new_k, new_v, q = (
-            _rand(2, KV, 1, D, seed=100 + step),
-            _rand(2, KV, 1, D, seed=200 + step),
-            _rand(2, H, 1, D, seed=300 + step),
+            _rand(rows, KV, 1, D, seed=100 + step),
+            _rand(rows, KV, 1, D, seed=200 + step),
+            _rand(rows, H, 1, D, seed=300 + step),
         )
         cache.update(new_k, new_v, 0)
         out, _ = ragged_attention(_Module(0), q, new_k, new_v, None, ragged=cache)
-        for i in range(2):
+        for i in range(rows):
             keys[i].append(new_k[i])
             values[i].append(new_v[i])
         torch.testing.assert_close(
             out.transpose(1, 2), _reference(q, [torch.cat(k, -2) for k in keys], [torch.cat(v, -2) for v in values])
         )
         cache.end_step()
-    assert cache.positions() == [73, 71]
+    assert cache.positions() == [4 + 73, 4 + 71, 4 + 62]
 
 
 def test_merge_is_softmax_over_the_union():

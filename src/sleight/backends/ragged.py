@@ -62,7 +62,7 @@ class Segment:
     lens: list[int]  # own columns per live row, in batch order
     mask: torch.Tensor | None = None  # this step's additive mask over the own columns (None: no tails)
     width: int = 0  # this step's own columns read (the longest row's, with its new column)
-    finite: int = 0  # columns ``[0, finite)`` hold finite numbers in every row: a masked column must not be NaN
+    finite: int = 0  # columns ``[0, finite)`` hold finite numbers in every live row: a masked column must not be NaN
     index: torch.Tensor | None = None  # this step's row numbers, for the per-row column writes
 
     @property
@@ -168,12 +168,13 @@ class RaggedCache(Cache):
             if max(seg.lens) - min(lens, default=0) <= _MERGE_SPAN:
                 at = sum(g.size for g in self.segments[: self.segments.index(seg)]) + seg.size
                 lo = seg.size
-                if own_k:
-                    have = int(own_k[0].shape[-2])
-                    self._make_finite(seg, have)  # before the write: it zeroes every row's columns past ``finite``
-                    for layer in range(self.n_layers):
-                        seg.keys[layer][lo : lo + m, :, :have] = own_k[layer]
-                        seg.values[layer][lo : lo + m, :, :have] = own_v[layer]
+                have = int(own_k[0].shape[-2]) if own_k else 0
+                self._make_finite(seg, have)
+                for layer in range(self.n_layers):
+                    for t, own in ((seg.keys[layer], own_k), (seg.values[layer], own_v)):
+                        if have:
+                            t[lo : lo + m, :, :have] = own[layer]
+                        t[lo : lo + m, :, have : seg.finite].zero_()  # the new rows' columns the others hold finite
                 seg.lens.extend(lens)
                 return at
         cap = max(lens, default=0) + max(1, reserve)
@@ -193,12 +194,14 @@ class RaggedCache(Cache):
 
     @staticmethod
     def _make_finite(seg: Segment, upto: int) -> None:
-        """Zero columns ``[seg.finite, upto)`` of every row. A masked column's weight is exactly 0,
-        but 0 times a NaN left in fresh memory is NaN: a column read must hold a number (zero, or
-        a retracted or retired row's stale one)."""
+        """Zero columns ``[seg.finite, upto)`` of the live rows (a row joining later zeroes its own
+        ``[.., finite)`` as it joins; a retired row's slot is taken over with the stale, finite,
+        columns of the row it held). A masked column's weight is exactly 0, but 0 times a NaN left in
+        fresh memory is NaN: a column read must hold a number. Only live rows: a segment has room
+        for its whole request, and most of a late piece's slots are never filled."""
         if upto > seg.finite:
             for t in (*seg.keys, *seg.values):
-                t[:, :, seg.finite : upto].zero_()
+                t[: seg.size, :, seg.finite : upto].zero_()
             seg.finite = upto
 
     def retract(self, row: int, n: int) -> None:
