@@ -33,7 +33,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+import sleight  # noqa: E402,F401  its OpenMP settings, before torch loads (sleight/__init__.py)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = clean.reply.token_ids[: clean.triggers[0].start]
     prompt = list(rendered.ids) + prefix
     room = args.budget - len(prefix)
-    print(f"model {model.info.model_id} ({model.info.device}, {model.info.dtype}); OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    print(f"model {model.info.model_id} ({model.info.device}, {model.info.dtype}); OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
     print(f"{args.question}: prompt {len(rendered.ids)} tokens + clean prefix {len(prefix)}, {room} tokens left of the budget {args.budget}")
 
     def timed(fn):

@@ -22,7 +22,7 @@ import os
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import sleight  # noqa: E402,F401  its OpenMP settings, before torch loads (sleight/__init__.py)
 
 
 def main(argv: list[str] | None = None) -> int:

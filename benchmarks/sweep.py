@@ -46,7 +46,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+import sleight  # noqa: E402,F401  its OpenMP settings, before torch loads (sleight/__init__.py)
 
 FULL_TRIALS = 100 * 101
 

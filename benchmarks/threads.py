@@ -57,7 +57,13 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_cell(args: argparse.Namespace, threads: int, policy: str, copies: int) -> list[dict]:
-    env = {**os.environ, "OMP_WAIT_POLICY": policy}
+    """``policy``: ``OMP_WAIT_POLICY``, with ``:N`` libgomp's ``GOMP_SPINCOUNT`` (how long a worker
+    spins before it sleeps; unset: sleight's default, as the package sets it)."""
+    wait, _, spin = policy.partition(":")
+    env = {**os.environ, "OMP_WAIT_POLICY": wait}
+    env.pop("GOMP_SPINCOUNT", None)
+    if spin:
+        env["GOMP_SPINCOUNT"] = spin
     cmd = [sys.executable, __file__, "--worker", "--threads", str(threads), "--model", args.model, "--question", args.question,
            "--budget", str(args.budget), "--substitutes", str(args.substitutes)]
     with tempfile.TemporaryDirectory() as barrier:
@@ -78,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=96)
     ap.add_argument("--substitutes", type=int, default=101)
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (default: 1,2)")
-    ap.add_argument("--policies", default="ACTIVE,PASSIVE")
+    ap.add_argument("--policies", default="ACTIVE,PASSIVE:0,PASSIVE",
+                    help="comma-separated OMP_WAIT_POLICY values, each with an optional :GOMP_SPINCOUNT (default: ACTIVE,PASSIVE:0,PASSIVE)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--barrier", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     print(f"{args.question}, {args.substitutes} rows, budget {args.budget}; tok/s of the timed tamper batch")
-    print(f"{'threads':>7} {'OMP_WAIT_POLICY':>15} {'alone':>9} {'pair, each':>18} {'pair, together':>15}")
+    print(f"{'threads':>7} {'policy:spins':>15} {'alone':>9} {'pair, each':>18} {'pair, together':>15}")
     digests = set()
     for t in [int(x) for x in args.threads.split(",") if x]:
         for policy in [p for p in args.policies.split(",") if p]:

@@ -6,7 +6,11 @@ import os
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see sleight/__init__.py
+# Two xdist workers share the cores: their OpenMP workers sleep at once rather than spin
+# (docs/results.md, "Threads and the OpenMP wait policy"); then sleight's own settings, before torch loads.
+os.environ.setdefault("GOMP_SPINCOUNT", "0")
+import sleight  # noqa: E402,F401
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

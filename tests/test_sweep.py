@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sleight import OPENMP_ENV, set_openmp_env
 from sleight.backends import ModelSpec
 from sleight.errors import UserError
 from sleight.tamper.job import TamperJob, TrialSettings
@@ -87,10 +88,24 @@ def test_progress_line_and_display():
 
 def test_task_environment_and_error_lines():
     env = execute.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
+    assert env == {**OPENMP_ENV, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
     assert "OMP_NUM_THREADS" not in execute.task_env(1, 1, {})
     assert execute.error_line(UserError("bad input\nmore")) == "bad input"
     assert execute.error_line(ValueError("x\ny")) == "ValueError: y"
+
+
+def test_openmp_settings_leave_a_users_own():
+    """sleight's wait policy and bounded spin where the user set neither; a policy of the user's own
+    gets no spin count of sleight's (it would cap an ACTIVE one); a spin count of theirs stays."""
+    for given, expected in (
+        ({}, OPENMP_ENV),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
+        ({"OMP_WAIT_POLICY": "passive"}, {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": OPENMP_ENV["GOMP_SPINCOUNT"]}),
+        ({"GOMP_SPINCOUNT": "0"}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"}),
+    ):
+        env = dict(given)
+        set_openmp_env(env)
+        assert env == expected
 
 
 # ------------------------------------------------------------------------------------------------

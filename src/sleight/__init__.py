@@ -9,15 +9,31 @@ both built on :mod:`sleight.backends`, which reads a model's whole next-token di
 """
 
 import os
+from collections.abc import MutableMapping
 
-# torch's OpenMP workers spin while they wait, holding cores that a second job on the same machine
-# needs; PASSIVE lets them sleep. What was measured with each policy, alone and beside a second job,
-# is in docs/results.md ("Threads and the OpenMP wait policy"). libgomp reads this once, when torch
-# loads, so it is set here, before any sleight module imports torch. A user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch's OpenMP workers (libgomp) spin while they wait, holding cores that a second job on the same
+# machine needs; PASSIVE lets them sleep. A worker that sleeps at once, though, is woken again for
+# each of the thousands of small parallel regions of a decode step (~50-150 us each on 2 cores), so
+# under PASSIVE sleight keeps a bounded spin (GOMP_SPINCOUNT, which libgomp honours over the policy):
+# awake across the gaps between one op and the next, asleep across another job's turn. Both measured,
+# alone and beside a second job, in docs/results.md ("Threads and the OpenMP wait policy"). libgomp
+# reads these once, when torch loads, so they are set here, before any sleight module imports torch.
+# A user's own settings win (a policy of theirs gets no spin count of ours).
+OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
+
+
+def set_openmp_env(environ: MutableMapping[str, str]) -> None:
+    """Fill ``environ`` with :data:`OPENMP_ENV` where the user left it unset (the spin count only
+    under a passive policy)."""
+    environ.setdefault("OMP_WAIT_POLICY", OPENMP_ENV["OMP_WAIT_POLICY"])
+    if environ["OMP_WAIT_POLICY"].upper() == "PASSIVE":
+        environ.setdefault("GOMP_SPINCOUNT", OPENMP_ENV["GOMP_SPINCOUNT"])
+
+
+set_openmp_env(os.environ)
 
 from sleight.errors import UserError  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["UserError", "__version__"]
+__all__ = ["OPENMP_ENV", "UserError", "__version__", "set_openmp_env"]

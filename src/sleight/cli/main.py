@@ -41,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a user error, printed as one line)."""
-    # Before anything imports torch: OpenMP workers that spin collapse when another job shares the cores.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     quiet_libraries()
     parser = build_parser()

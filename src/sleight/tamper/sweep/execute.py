@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sleight import OPENMP_ENV
 from sleight.errors import UserError
 from sleight.tamper import job
 from sleight.tamper.job import TamperJob
@@ -166,11 +167,11 @@ def import_ray(required: bool) -> Any | None:
 
 
 def task_env(gpus: float, cpus: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a task's worker: OpenMP that does not spin (a torch job beside another
-    collapses otherwise), one OpenMP pool of the task's CPUs on CPU, and the offline/cache settings
-    of this process (pure)."""
+    """The environment of a task's worker: OpenMP that spins only briefly (a torch job beside another
+    collapses otherwise; ``sleight.OPENMP_ENV``), one OpenMP pool of the task's CPUs on CPU, and the
+    offline/cache settings of this process (pure)."""
     base = os.environ if base is None else base
-    env = {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**OPENMP_ENV, "TOKENIZERS_PARALLELISM": "false"}
     if not gpus:
         env["OMP_NUM_THREADS"] = str(max(1, cpus))
     for key in (
