@@ -13,7 +13,7 @@ from collections.abc import MutableMapping
 
 # torch's OpenMP workers (libgomp) spin while they wait, holding cores that a second job on the same
 # machine needs; PASSIVE lets them sleep. A worker that sleeps at once, though, is woken again for
-# each of the thousands of small parallel regions of a decode step (~50-150 us each on 2 cores), so
+# each of the hundreds of small parallel regions of a decode step (~0.1 ms a wake-up on 2 cores), so
 # under PASSIVE sleight keeps a bounded spin (GOMP_SPINCOUNT, which libgomp honours over the policy):
 # awake across the gaps between one op and the next, asleep across another job's turn. Both measured,
 # alone and beside a second job, in docs/results.md ("Threads and the OpenMP wait policy"). libgomp

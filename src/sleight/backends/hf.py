@@ -30,6 +30,7 @@ from sleight.backends.base import (
     Scored,
     sha256_text,
 )
+from sleight.backends.heap import release_freed_memory
 from sleight.backends.kv_slab import SlabCache, slab_supported
 from sleight.backends.ragged import Prefix, RaggedCache
 from sleight.backends.ragged import register as register_ragged
@@ -833,6 +834,7 @@ class GreedyStream:
             if not self.left[gid]:
                 del self.left[gid]
                 self.finished.append((gid, [row.generation(self.top_k) for row in st.rows if row.group == gid]))
+                release_freed_memory()  # its rows' buffers: else the heap fragments and the resident set grows
 
     # -- ragged batches ------------------------------------------------------------------------
     @torch.inference_mode()
