@@ -31,14 +31,7 @@ class Answer:
     delay_s: float = 0.0
 
 
-def reply(
-    content: Any = "",
-    *,
-    finish_reason: str | None = "stop",
-    reasoning: str | None = None,
-    logprobs: Any = None,
-    message: Any = ...,
-) -> Answer:
+def reply(content: Any = "", *, finish_reason: str | None = "stop", reasoning: str | None = None, logprobs: Any = None, message: Any = ...) -> Answer:
     """A 200 chat completion; ``message=None`` sends ``"message": null``."""
     msg: Any = {"role": "assistant", "content": content}
     if reasoning is not None:

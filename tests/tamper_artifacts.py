@@ -25,13 +25,7 @@ def sleight(*args: str, timeout: float = 600, check: bool = True) -> subprocess.
 
 
 def real_run(
-    factory: pytest.TempPathFactory,
-    *,
-    name: str = "run",
-    model: str | None = None,
-    questions: int = 2,
-    substitutes: int = 3,
-    max_new_tokens: int = 48,
+    factory: pytest.TempPathFactory, *, name: str = "run", model: str | None = None, questions: int = 2, substitutes: int = 3, max_new_tokens: int = 48
 ) -> Path:
     """``sleight tamper run --questions 2 --substitutes 3 --max-new-tokens 48`` on the bundled model."""
     key = f"{name}|{model}|{questions}|{substitutes}|{max_new_tokens}"

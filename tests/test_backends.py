@@ -132,9 +132,7 @@ def test_continuation_logprob_is_the_sum_of_one_forward_pass(model, rendered):
     n = len(rendered[0])
     direct = [float(lp[n - 1 + j, t]) for j, t in enumerate(cont)]
     np.testing.assert_allclose(got[0], direct, atol=LOGPROB_ATOL)
-    assert got[1].sum() == pytest.approx(
-        float(lp[n - 1, short[0]]) + (got[1][1:].sum() if len(short) > 1 else 0), abs=LOGPROB_ATOL
-    )
+    assert got[1].sum() == pytest.approx(float(lp[n - 1, short[0]]) + (got[1][1:].sum() if len(short) > 1 else 0), abs=LOGPROB_ATOL)
 
 
 def test_forked_prefix_matches_recomputation(model, rendered):
@@ -223,11 +221,7 @@ def _same_top(a_ids, a_lp, b_ids, b_lp, tol=LOGPROB_ATOL):
     """Top-k ids agree wherever the log-probs are not tied within ``tol``."""
     np.testing.assert_allclose(a_lp, b_lp, atol=tol)
     differ = a_ids != b_ids
-    assert all(
-        abs(float(a_lp[i, j]) - float(a_lp[i, j - 1 if j else j + 1])) < tol
-        or abs(float(a_lp[i, j]) - float(a_lp[i, min(j + 1, a_lp.shape[1] - 1)])) < tol
-        for i, j in zip(*np.nonzero(differ))
-    )
+    assert all(abs(float(a_lp[i, j]) - float(a_lp[i, j - 1 if j else j + 1])) < tol or abs(float(a_lp[i, j]) - float(a_lp[i, min(j + 1, a_lp.shape[1] - 1)])) < tol for i, j in zip(*np.nonzero(differ)))
 
 
 def test_score_tokens_equals_an_independent_forward_pass(model, rendered, one_at_a_time):

@@ -26,14 +26,7 @@ def client(srv: FaultServer, model: str, **kw) -> OpenAIChat:
 def test_sends_max_completion_tokens_and_drops_the_limit_a_server_refuses():
     def openai_like(body, n):
         if "max_tokens" in body:  # what newer OpenAI models answer
-            return Answer(
-                400,
-                {
-                    "error": {
-                        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
-                    }
-                },
-            )
+            return Answer(400, {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."}})
         return reply("ok")
 
     with FaultServer({"new": openai_like, "old": lambda b, n: reply("ok")}) as srv:
@@ -134,10 +127,7 @@ def test_bytes_that_are_not_http_in_the_check_and_in_a_vote():
         (reply(42), "content is a int"),
         (reply({"text": "x"}), "content is a dict"),
         (Answer(json=["not", "an", "object"]), "no choices"),
-        (
-            Answer(json={"choices": [{"message": {"content": "x"}}]}, raw=b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{nope"),
-            "not JSON",
-        ),
+        (Answer(json={"choices": [{"message": {"content": "x"}}]}, raw=b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{nope"), "not JSON"),
     ],
 )
 def test_malformed_bodies_are_recorded_and_not_retried(answer, why):
@@ -148,9 +138,7 @@ def test_malformed_bodies_are_recorded_and_not_retried(answer, why):
 
 
 def test_text_parts_are_joined():
-    parts, why = read_choice(
-        b'{"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}]}'
-    )
+    parts, why = read_choice(b'{"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}]}')
     assert why is None and parts["text"] == "ab"
 
 
@@ -189,6 +177,4 @@ def test_judge_template_flags_reach_server_and_local_jurors():
     local = loader_from_args(p.parse_args(["--jury", "smollm2-135m-instruct", "--thinking", "off"]))("smollm2-135m-instruct")
     assert dict(local.model.chat_template_kwargs) == {"enable_thinking": False}
     with pytest.raises(UserError, match="--thinking on conflicts"):
-        loader_from_args(
-            p.parse_args(["--jury", "x", "--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}'])
-        )
+        loader_from_args(p.parse_args(["--jury", "x", "--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}']))

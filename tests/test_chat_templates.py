@@ -59,16 +59,8 @@ class TemplateOps(HFTokenizerOps):
         self.tokenizer.chat_template = template(family)
         self.chat_template_kwargs = check_template_kwargs(chat_template_kwargs)
         self.info = ModelInfo(
-            spec=f"fixture:{family}",
-            model_id=family,
-            revision="",
-            chat_template_sha256="",
-            tokenizer="bundled",
-            engine="none",
-            engine_version="",
-            dtype="",
-            device="",
-            batch_size=0,
+            spec=f"fixture:{family}", model_id=family, revision="", chat_template_sha256="", tokenizer="bundled",
+            engine="none", engine_version="", dtype="", device="", batch_size=0,
             chat_template_kwargs=dict(self.chat_template_kwargs),
         )
         self._eos = frozenset()

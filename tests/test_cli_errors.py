@@ -61,9 +61,7 @@ HEAVY = ("torch", "transformers", "pyarrow", "pandas", "matplotlib")
 def _modules_after(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     """Heavy libraries imported by ``code`` in a fresh interpreter (what a user's shell would pay for)."""
     probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -72,21 +70,9 @@ def test_building_the_parser_and_help_import_no_heavy_library():
     assert _modules_after("from sleight.cli.main import build_parser\nbuild_parser()") == []
     help_all = "\n".join(
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass"
-        for argv in (
-            ["--help"],
-            ["tamper", "run", "--help"],
-            ["tamper", "judge", "--help"],
-            ["readout", "audit", "--help"],
-            ["demo", "--help"],
-        )
+        for argv in (["--help"], ["tamper", "run", "--help"], ["tamper", "judge", "--help"], ["readout", "audit", "--help"], ["demo", "--help"])
     )
-    assert (
-        _modules_after(
-            "import contextlib, io\nfrom sleight.cli.main import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
-            + "\n".join("    " + ln for ln in help_all.splitlines())
-        )
-        == []
-    )
+    assert _modules_after("import contextlib, io\nfrom sleight.cli.main import main\nwith contextlib.redirect_stdout(io.StringIO()):\n" + "\n".join("    " + ln for ln in help_all.splitlines())) == []
 
 
 @pytest.mark.parametrize(

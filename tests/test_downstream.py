@@ -30,21 +30,8 @@ N_FORECAST, N_PTRUE = 4, 2
 def forecast_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("forecast")
     rc = main(
-        [
-            "readout",
-            "forecast",
-            "--limit",
-            str(N_FORECAST),
-            "--out",
-            str(out),
-            "--B",
-            str(B),
-            "--note-tokens",
-            "44",
-            "--continuation-tokens",
-            "3",
-            "--no-progress",
-        ]
+        ["readout", "forecast", "--limit", str(N_FORECAST), "--out", str(out), "--B", str(B), "--note-tokens", "44",
+         "--continuation-tokens", "3", "--no-progress"]
     )
     assert rc == 0
     return out
@@ -54,21 +41,8 @@ def forecast_out(tmp_path_factory):
 def ptrue_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("ptrue")
     rc = main(
-        [
-            "readout",
-            "ptrue",
-            "--limit",
-            str(N_PTRUE),
-            "--out",
-            str(out),
-            "--B",
-            str(B),
-            "--max-new-tokens",
-            "16",
-            "--continuation-tokens",
-            "3",
-            "--no-progress",
-        ]
+        ["readout", "ptrue", "--limit", str(N_PTRUE), "--out", str(out), "--B", str(B), "--max-new-tokens", "16",
+         "--continuation-tokens", "3", "--no-progress"]
     )
     assert rc == 0
     return out
@@ -94,13 +68,7 @@ def test_forecast_writes_readings_summary_reports_and_plots(forecast_out):
     assert s["kind"] == "forecast" and s["n_items"] == N_FORECAST and s["model"]["model_id"].startswith("SmolLM2-135M")
     assert s["B"] == B and f"--limit {N_FORECAST}" in s["command"]
     md = (forecast_out / "report.md").read_text()
-    for needle in (
-        "AUROC [95% CI]",
-        "Brier [95% CI]",
-        "Stem minus original",
-        "constant forecast of 0.5 scores 0.250",
-        "pick the same letter",
-    ):
+    for needle in ("AUROC [95% CI]", "Brier [95% CI]", "Stem minus original", "constant forecast of 0.5 scores 0.250", "pick the same letter"):
         assert needle in md, needle
     # Notes are cut to 32 words; the reader saw the cut note.
     assert all(len(n.split()) <= 32 for n in df["note"])
@@ -136,9 +104,7 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
             lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, enc)]
             assert rows.loc["original", col] == "ABCD"[int(np.argmax(lps))]
             # The pipeline read this context in a padded batch, here it is alone: float32 rounding ~1e-6.
-            assert rows.loc["original", mass] == pytest.approx(
-                float(np.exp(nxt[sorted({e[0] for e in enc})]).sum()), abs=MASS_ATOL
-            )
+            assert rows.loc["original", mass] == pytest.approx(float(np.exp(nxt[sorted({e[0] for e in enc})]).sum()), abs=MASS_ATOL)
         # The forecast at the stemmed position: renormalised full-sequence option probabilities.
         prompt = forecast_prompt(note, it.question, it.choices)[0]
         stem = model.render_chat([{"role": "user", "content": prompt}], prefill=FORECAST_STEM)
@@ -147,9 +113,7 @@ def test_forecast_reader_and_forecast_match_independent_passes(model, forecast_o
         lps = np.array([float(np.sum(a)) for a in model.continuation_logprobs(stem.ids, enc)])
         p = np.exp(lps - lps.max())
         p /= p.sum()
-        assert rows.loc["stem", "score"] == pytest.approx(
-            float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p))), abs=MASS_ATOL
-        )
+        assert rows.loc["stem", "score"] == pytest.approx(float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p))), abs=MASS_ATOL)
         first = sorted({e[0] for e in enc})
         nxt = model.next_token_logprobs([stem.ids])[0].astype(np.float64)
         assert rows.loc["stem", "option_mass"] == pytest.approx(float(np.exp(nxt[first]).sum()), abs=MASS_ATOL)
@@ -180,10 +144,7 @@ def test_forecast_rescore_needs_no_model_and_reuses_the_readings(forecast_out, t
     shutil.copytree(forecast_out, copy)
     before = json.loads((copy / "summary.json").read_text())
     (copy / "report.md").unlink()
-    assert (
-        main(["readout", "forecast", "--out", str(copy), "--rescore", "--B", "300", "--seed", "5", "--model", "no-such-model"])
-        == 0
-    )
+    assert main(["readout", "forecast", "--out", str(copy), "--rescore", "--B", "300", "--seed", "5", "--model", "no-such-model"]) == 0
     after = json.loads((copy / "summary.json").read_text())
     assert (after["B"], after["seed"]) == (300, 5) and (copy / "report.md").is_file()
     for p in ("original", "stem"):  # same readings, same estimates; only the intervals are redrawn
@@ -253,9 +214,7 @@ def test_ptrue_library_equals_the_lm_polygraph_convention(model, ptrue_out):
         first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("True", "False")})
         assert row["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=MASS_ATOL)
         # Labels in place is read at the same position over "(A"/"(B" (first tokens counted once).
-        lip = df[
-            (df["readout"] == "labels_in_place") & (df["question"] == row["question"]) & (df["answer"] == row["answer"])
-        ].iloc[0]
+        lip = df[(df["readout"] == "labels_in_place") & (df["question"] == row["question"]) & (df["answer"] == row["answer"])].iloc[0]
         first = sorted({encode_continuation(model, ctx.text, o)[0] for o in ("(A", "(B")})
         assert lip["option_mass"] == pytest.approx(float(np.exp(plain[first]).sum()), abs=MASS_ATOL)
         assert lip["argmax_token"] == row["argmax_token"] and lip["first_tokens_distinct"] == (len(first) == 2)

@@ -107,22 +107,10 @@ def fp_fixture(name: str) -> str:
 @pytest.mark.parametrize(
     "line, needle",
     [
-        (
-            '{"id": "x", "passage": "p", "question": "q", "choices": ["a","b","c"], "answer": "A"}',
-            "line 2: 'choices' must be a list of 4",
-        ),
-        (
-            '{"id": "x", "passage": "p", "question": "q", "choices": ["a","b","c","d"], "answer": "E"}',
-            "line 2: 'answer' must be one of A, B, C, D",
-        ),
-        (
-            '{"id": "x", "passage": "", "question": "q", "choices": ["a","b","c","d"], "answer": "A"}',
-            "line 2: 'passage' must be a non-empty string",
-        ),
-        (
-            '{"id": "r1", "passage": "p", "question": "q", "choices": ["a","b","c","d"], "answer": "A"}',
-            "line 2: duplicate id 'r1'",
-        ),
+        ('{"id": "x", "passage": "p", "question": "q", "choices": ["a","b","c"], "answer": "A"}', "line 2: 'choices' must be a list of 4"),
+        ('{"id": "x", "passage": "p", "question": "q", "choices": ["a","b","c","d"], "answer": "E"}', "line 2: 'answer' must be one of A, B, C, D"),
+        ('{"id": "x", "passage": "", "question": "q", "choices": ["a","b","c","d"], "answer": "A"}', "line 2: 'passage' must be a non-empty string"),
+        ('{"id": "r1", "passage": "p", "question": "q", "choices": ["a","b","c","d"], "answer": "A"}', "line 2: duplicate id 'r1'"),
         ("{not json", "line 2: not valid JSON"),
     ],
 )
@@ -181,11 +169,7 @@ def test_constructed_pairs_balance_gold_and_wrong():
     assert [p["label"] for p in pairs] == [1.0, 0.0] * 4
     assert pairs[0]["answer"] == "blue" and pairs[1]["answer"] == "green"
     # App. E: a lettered item prints bare letters, the gold one and a seeded non-gold one
-    assert (
-        pairs[-2]["answer"] == items[-1].gold_letter
-        and pairs[-1]["answer"] in "ABCD"
-        and pairs[-1]["answer"] != items[-1].gold_letter
-    )
+    assert pairs[-2]["answer"] == items[-1].gold_letter and pairs[-1]["answer"] in "ABCD" and pairs[-1]["answer"] != items[-1].gold_letter
     with pytest.raises(UserError, match="unknown --answers"):
         pp.parse_settings("all")
 
@@ -216,9 +200,7 @@ def _forecast_rows(n: int, seed: int = 0, per_passage: int = 1) -> list[dict]:
                     "reader_mass_spaced": 1e-4,
                     "note_truncated": i % 2 == 0,
                     "note_raw_words": 30 + i % 5,
-                    "score": float(np.clip(0.3 * correct + rng.uniform(0, 0.7), 0, 1))
-                    if pos == "stem"
-                    else float(rng.uniform(0.1, 0.9)),
+                    "score": float(np.clip(0.3 * correct + rng.uniform(0, 0.7), 0, 1)) if pos == "stem" else float(rng.uniform(0.1, 0.9)),
                     "option_mass": mass * (1 + 0.1 * rng.uniform()),
                     "first_tokens_distinct": True,
                     "argmax_class": "answer_letter" if pos == "original" else "option",
@@ -248,9 +230,7 @@ def test_forecast_summary_is_stats_on_the_rows():
     # Brier: lower is better, so the gain is original minus stem, its interval mirrored.
     pbb = paired_bootstrap(brier, (ss, y), (so, y), clusters=clusters, B=500, seed=3)
     gb = s.gain["brier"]
-    assert gb["gain"] == pytest.approx(-pbb.diff) and (gb["gain_low"], gb["gain_high"]) == pytest.approx(
-        (-pbb.ci_diff.high, -pbb.ci_diff.low)
-    )
+    assert gb["gain"] == pytest.approx(-pbb.diff) and (gb["gain_low"], gb["gain_high"]) == pytest.approx((-pbb.ci_diff.high, -pbb.ci_diff.low))
     assert s.brier_reference["constant_0.5"] == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
     assert s.brier_reference["base_rate"] == pytest.approx(brier(np.full(y.size, y.mean()), y))
     assert s.reader["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
@@ -286,52 +266,24 @@ def test_undefined_metrics_are_null_not_errors():
 def test_prr_summary_and_cluster_codes():
     assert cluster_codes(["p2", "p1", "p2", "p3"]).tolist() == [0, 1, 0, 2]
     assert mass_summary([0.2, None, 0.9, 0.7]) == {
-        "n": 4,
-        "n_defined": 3,
-        "n_boundary_not_preserved": 1,
-        "median": 0.7,
-        "min": 0.2,
-        "below_floor": 1,
-        "floor": 0.5,
-        "collapsed": False,
+        "n": 4, "n_defined": 3, "n_boundary_not_preserved": 1, "median": 0.7, "min": 0.2, "below_floor": 1, "floor": 0.5, "collapsed": False,
     }
     rows = []
     rng = np.random.default_rng(0)
     for k in range(12):
         label = float(k % 2)
         for r in pp.READOUT_LABELS:
-            score = (
-                float(np.log(rng.uniform(0.01, 1)))
-                if r == "library"
-                else (None if (r == "moved" and k == 0) else float(rng.uniform()))
-            )
-            rows.append(
-                {
-                    "setting": "constructed",
-                    "item_id": f"q{k // 2}",
-                    "label": label,
-                    "readout": r,
-                    "score": score,
-                    "option_mass": 0.1,
-                    "first_tokens_distinct": True,
-                    "argmax_class": "prose",
-                    "argmax_token": "The",
-                    "continuation_class": "prose",
-                }
-            )
+            score = float(np.log(rng.uniform(0.01, 1))) if r == "library" else (None if (r == "moved" and k == 0) else float(rng.uniform()))
+            rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": label, "readout": r, "score": score, "option_mass": 0.1,
+                         "first_tokens_distinct": True, "argmax_class": "prose", "argmax_token": "The", "continuation_class": "prose"})
     s = pp.summarise(rows, B=300, seed=0).settings["constructed"]
     assert s["n_pairs"] == 12 and s["n_clusters"] == 6 and s["readouts"]["moved"]["n_scored"] == 11
     lib = np.array([r["score"] for r in rows if r["readout"] == "library"])
     ren = np.array([r["score"] for r in rows if r["readout"] == "renormalised"])
     y = np.array([r["label"] for r in rows if r["readout"] == "library"])
     assert s["readouts"]["library"]["prr"]["estimate"] == pytest.approx(prr(lib, y))
-    pb = paired_bootstrap(
-        prr, (ren, y), (lib, y), clusters=cluster_codes([r["item_id"] for r in rows if r["readout"] == "library"]), B=300, seed=0
-    )
-    assert (s["vs_library"]["renormalised"]["prr"]["diff"], s["vs_library"]["renormalised"]["prr"]["low"]) == (
-        pb.diff,
-        pb.ci_diff.low,
-    )
+    pb = paired_bootstrap(prr, (ren, y), (lib, y), clusters=cluster_codes([r["item_id"] for r in rows if r["readout"] == "library"]), B=300, seed=0)
+    assert (s["vs_library"]["renormalised"]["prr"]["diff"], s["vs_library"]["renormalised"]["prr"]["low"]) == (pb.diff, pb.ci_diff.low)
     assert s["vs_library"]["moved"]["auroc"]["n"] == 11  # compared on the items both readouts score
 
 
@@ -353,13 +305,7 @@ def test_roc_points_area_is_the_auroc(tied):
 def test_markdown_and_html_render_the_same_blocks(tmp_path):
     rep = dr.Report("T")
     dr.plot_roc({"x": ([0.1, 0.9, 0.4], [0, 1, 1], 1.0)}, tmp_path / "roc.png", "roc")
-    rep.add(
-        dr.Heading("H"),
-        dr.Para("a `b` **c** <d>"),
-        dr.Table(["k", "v|w"], [["1", "2"]], note="n"),
-        dr.Figure("roc.png", "cap"),
-        dr.Code("x < y"),
-    )
+    rep.add(dr.Heading("H"), dr.Para("a `b` **c** <d>"), dr.Table(["k", "v|w"], [["1", "2"]], note="n"), dr.Figure("roc.png", "cap"), dr.Code("x < y"))
     md, page = dr.write_report(rep, tmp_path)
     text = md.read_text()
     assert "# T" in text and "| k | v\\|w |" in text and "![cap](roc.png)" in text and "```\nx < y\n```" in text

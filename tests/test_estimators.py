@@ -50,43 +50,7 @@ def test_the_default_set_is_accounted_for():
     for lines in [e.lines for e in ESTIMATORS] + [s[1] for s in SKIPPED]:
         lo, _, hi = lines.partition("-")
         covered |= set(range(int(lo), int(hi or lo) + 1))
-    entry_starts = {
-        1,
-        2,
-        3,
-        4,
-        5,
-        6,
-        7,
-        8,
-        9,
-        10,
-        11,
-        12,
-        15,
-        18,
-        21,
-        24,
-        25,
-        29,
-        33,
-        36,
-        40,
-        44,
-        47,
-        51,
-        55,
-        58,
-        59,
-        62,
-        63,
-        64,
-        65,
-        66,
-        67,
-        68,
-        69,
-    }
+    entry_starts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 18, 21, 24, 25, 29, 33, 36, 40, 44, 47, 51, 55, 58, 59, 62, 63, 64, 65, 66, 67, 68, 69}
     entry_starts |= {70, 71, 72, 73, 76, 79, 91, 94, 98, 102, 103, 104, 105, 106, 107}
     assert len(entry_starts) == 50 and entry_starts <= covered
     assert len(set(ESTIMATOR_COLUMNS)) == len(ESTIMATORS) == 20
@@ -177,16 +141,11 @@ def test_stats_equal_independent_passes(model, decoded, stats):
             alone = model.next_token_logprobs([list(t.token_ids[:k])])[0]
             assert lm[k] == pytest.approx(float(alone[t.token_ids[k]]), abs=LOGPROB_ATOL)
         assert [float(d[i]) for d, i in zip(dist, t.token_ids)] == pytest.approx(list(t.logprobs), abs=LOGPROB_ATOL)
-    for p, toks_i, lls_i, total_i in zip(
-        prompts, stats["sample_tokens"], stats["sample_log_likelihoods"], stats["sample_log_probs"]
-    ):
+    for p, toks_i, lls_i, total_i in zip(prompts, stats["sample_tokens"], stats["sample_log_likelihoods"], stats["sample_log_probs"]):
         assert len(toks_i) == N_SAMPLES
         for s, ll, tot in zip(toks_i, lls_i, total_i):
             full = model.next_token_logprobs([list(p) + s[:k] for k in range(len(s) + 1)]).astype(np.float64)
-            want = [
-                polygraph_logprob(float(full[k, s[k]]), [float(full[k, e]) for e in eos]) if k < 2 else float(full[k, s[k]])
-                for k in range(len(s))
-            ]
+            want = [polygraph_logprob(float(full[k, s[k]]), [float(full[k, e]) for e in eos]) if k < 2 else float(full[k, s[k]]) for k in range(len(s))]
             assert ll == pytest.approx(want, abs=LOGPROB_ATOL)
             ended = tot - sum(ll)  # the EOS token's log-prob where the sample ended, 0 where the budget cut it
             assert len(s) == TOKENS or ended == pytest.approx(max(float(full[len(s), e]) for e in eos), abs=LOGPROB_ATOL)
@@ -214,11 +173,7 @@ def test_p_true_stats_equal_lm_polygraphs_prompt_calculators(model, instruct):
     from sleight.readout.ptrue.uncertainty import Samples
 
     wb = WhiteboxModel(model.model, model.tokenizer, instruct=instruct)
-    qs, ans, ss = (
-        ["What is the capital of Germany?", "What is 2 + 2?"],
-        ["Berlin", " 5"],
-        [("Berlin", "Munich"), ("4", "four", "5")],
-    )
+    qs, ans, ss = ["What is the capital of Germany?", "What is 2 + 2?"], ["Berlin", " 5"], [("Berlin", "Munich"), ("4", "four", "5")]
     # one question per call: the tokenizer pads on the right, so a shorter prompt in a batch of the
     # library's would be read at a padding position
     deps = [{"input_texts": [q], "greedy_texts": [a], "sample_texts": [list(s)]} for q, a, s in zip(qs, ans, ss)]

@@ -59,10 +59,7 @@ def test_deleted_and_alternative_template_scores(model, run):
 
 def test_every_pair_on_the_same_replicates():
     rng = np.random.default_rng(1)
-    recs = [
-        {"item_id": str(k), "cluster": k // 2, "correct": bool(k % 3), **{name: float(rng.uniform()) for name in READOUTS}}
-        for k in range(12)
-    ]
+    recs = [{"item_id": str(k), "cluster": k // 2, "correct": bool(k % 3), **{name: float(rng.uniform()) for name in READOUTS}} for k in range(12)]
     recs.append({**recs[0], "item_id": "x", "alt": None})  # undefined somewhere: left out of every readout
     s = summarise_readouts(recs, B=300)
     # (a)-(f) and Appendix H's two short stems (g), (h): 8 readouts, 28 pairs (15 of six before issue #19)

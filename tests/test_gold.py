@@ -26,6 +26,7 @@ from tolerances import FLOAT64_ATOL
 pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
 
 
+
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory):
     """A private copy of a run judged by three scripted jurors, with a gold sample of 3 and a report."""
@@ -91,9 +92,7 @@ def test_label_three_trials_in_chromium_export_and_report_kappa_equals_sklearn(s
             sub = page.eval("new URLSearchParams(location.hash.slice(1)).get('s')")
             want = {"flagged": i % 2 == 0, "corrected": i != 1, "derailed": i == 1, "switch_aware": i == 2}
             for label, on in want.items():
-                page.eval(
-                    f"(() => {{ const b = document.getElementById('gold-{label}'); if (b.checked !== {str(on).lower()}) b.click(); }})()"
-                )
+                page.eval(f"(() => {{ const b = document.getElementById('gold-{label}'); if (b.checked !== {str(on).lower()}) b.click(); }})()")
             labelled[(q, sub)] = want
             page.eval("document.getElementById('gold-save').click()")
             page.wait_for(f"document.getElementById('gold-count').textContent.startsWith('{i + 1} labelled')")
@@ -163,18 +162,8 @@ def test_bad_gold_files_are_one_line(sampled, tmp_path):
         bad.write_text(text)
         with pytest.raises(UserError, match=why):
             gold.read_gold(bad)
-    bad.write_text(
-        json.dumps(
-            {
-                "format": "sleight-gold",
-                "model": "someone-else",
-                "labels": [dict.fromkeys(LABELS, True) | {"question_id": "q", "substitute": "s"}],
-            }
-        )
-    )
+    bad.write_text(json.dumps({"format": "sleight-gold", "model": "someone-else", "labels": [dict.fromkeys(LABELS, True) | {"question_id": "q", "substitute": "s"}]}))
     proc = sleight("tamper", "report", str(run), "--out", str(tmp_path / "r"), "--no-site", "--gold", str(bad), check=False)
     assert proc.returncode == 2 and "which none of the runs is" in proc.stderr and "Traceback" not in proc.stderr
-    proc = sleight(
-        "tamper", "report", str(run), "--out", str(tmp_path / "r"), "--gold", str(tmp_path / "missing.json"), check=False
-    )
+    proc = sleight("tamper", "report", str(run), "--out", str(tmp_path / "r"), "--gold", str(tmp_path / "missing.json"), check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr

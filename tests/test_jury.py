@@ -25,9 +25,7 @@ from tamper_artifacts import copy_run, real_run, sleight
 pytestmark = pytest.mark.slow  # a real run judged by real servers (module fixtures)
 
 
-FALSE_STRINGS = (
-    'Sure:\n{"flagged": "false", "corrected": "true", "derailed": "false", "switch_aware": "false", "reason": "reads fine"}'
-)
+FALSE_STRINGS = 'Sure:\n{"flagged": "false", "corrected": "true", "derailed": "false", "switch_aware": "false", "reason": "reads fine"}'
 TRUNCATED = '```json\n{"flagged": false, "corrected": true, "derail'
 
 
@@ -57,11 +55,7 @@ def _n_requests(srv: FaultServer, model: str) -> int:
 
 def test_garbage_false_strings_and_truncated_replies(run_dir, n_judged, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
-    scripts = {
-        "garbage": lambda b: "I think the reply is fine.",
-        "falsestr": lambda b: FALSE_STRINGS,
-        "truncated": lambda b: TRUNCATED,
-    }
+    scripts = {"garbage": lambda b: "I think the reply is fine.", "falsestr": lambda b: FALSE_STRINGS, "truncated": lambda b: TRUNCATED}
     with scripted(scripts) as srv:
         summary = judge_run(run, [srv.spec(m) for m in scripts], progress=False, conventions="sleight")
         # under sleight's rules an unparsable reply is retried exactly once; a readable one is not
@@ -147,7 +141,9 @@ def test_judging_is_resumable_and_skips_stored_votes(run_dir, n_judged, tmp_path
     assert again.jurors[0].asked == 0 and again.jurors[0].skipped == n_judged
     after = jury_store.load_judgements(run)
     assert len(after) == 2 * n_judged
-    pd.testing.assert_frame_equal(after[after["juror"] == srv.spec("a")].reset_index(drop=True), before.reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        after[after["juror"] == srv.spec("a")].reset_index(drop=True), before.reset_index(drop=True)
+    )
     # the no-answers prompt is a different vote (no accepted answers in it)
     with scripted({"a": lambda b: reply}) as srv2:
         judge_run(run, [srv2.spec("a")], variant="no-answers", progress=False)
@@ -171,20 +167,7 @@ def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_pa
     """The CLI against llama.cpp's server over the bundled GGUF: every vote is stored, readable
     replies are parsed, unreadable ones are abstentions -- whatever this tiny judge answers."""
     run = copy_run(run_dir, tmp_path / "run")
-    proc = sleight(
-        "tamper",
-        "judge",
-        "--run",
-        str(run),
-        "--jury",
-        llama.spec,
-        "--max-new-tokens",
-        "64",
-        "--limit",
-        "2",
-        "--conventions",
-        "sleight",
-    )
+    proc = sleight("tamper", "judge", "--run", str(run), "--jury", llama.spec, "--max-new-tokens", "64", "--limit", "2", "--conventions", "sleight")
     assert "jury of one" in proc.stdout
     j = jury_store.load_judgements(run)
     assert len(j) == 2 and set(j["juror"]) == {llama.spec}
@@ -205,9 +188,7 @@ def test_real_openai_compatible_server_as_judge(run_dir, n_judged, llama, tmp_pa
 def test_local_model_as_a_jury_of_one_by_text(run_dir, n_judged, model, tmp_path):
     """The default model itself, through the hf engine, on the free-text path (``--vote text``)."""
     run = copy_run(run_dir, tmp_path / "run")
-    summary = judge_run(
-        run, ["smollm2-135m-instruct"], vote="text", loader=lambda spec: LocalChat(model), max_tokens=32, limit=2, progress=False
-    )
+    summary = judge_run(run, ["smollm2-135m-instruct"], vote="text", loader=lambda spec: LocalChat(model), max_tokens=32, limit=2, progress=False)
     assert summary.jurors[0].asked == 2
     j = jury_store.load_judgements(run)
     assert len(j) == 2 and (j["latency_s"] > 0).all()

@@ -47,17 +47,10 @@ FAULTS = {
 def test_transport_faults_are_recorded_abstentions_and_the_run_finishes(run_dir, n_judged, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
     with FaultServer({**FAULTS, "good": lambda b, n: reply(GOOD)}) as srv:
-        summary = judge_run(
-            run, [srv.spec(m) for m in [*FAULTS, "good"]], vote="text", loader=_fast(srv, retries=1), progress=False
-        )
+        summary = judge_run(run, [srv.spec(m) for m in [*FAULTS, "good"]], vote="text", loader=_fast(srv, retries=1), progress=False)
     j = jury_store.load_judgements(run)
     assert len(j) == 5 * n_judged
-    for model, why in (
-        ("short", "IncompleteRead"),
-        ("junk", "BadStatusLine"),
-        ("nullmsg", "message is null"),
-        ("number", "content is a int"),
-    ):
+    for model, why in (("short", "IncompleteRead"), ("junk", "BadStatusLine"), ("nullmsg", "message is null"), ("number", "content is a int")):
         mine = j[j["juror"] == srv.spec(model)]
         assert mine["abstained"].all() and mine["error"].str.contains(why).all(), model
     assert not j[j["juror"] == srv.spec("good")]["abstained"].any()

@@ -22,6 +22,7 @@ from tolerances import FLOAT64_ATOL
 pytestmark = pytest.mark.slow  # whole-run fixtures (a judged run, Chromium)
 
 
+
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit") / "aud"
@@ -52,11 +53,7 @@ def _pick(seed: str, body: dict) -> str:
 SCRIPTS = {
     "a": lambda b, n: reply(json.dumps({"class": _pick("", b), "reason": "a"})),
     "b": lambda b, n: reply("```json\n" + json.dumps({"class": _pick("" if n % 3 else "x", b), "reason": "b"}) + "\n```"),
-    "c": lambda b, n: (
-        reply("no idea")
-        if zlib.crc32(b["messages"][1]["content"].encode()) % 4 == 0
-        else reply(json.dumps({"class": _pick("c", b)}))
-    ),
+    "c": lambda b, n: reply("no idea") if zlib.crc32(b["messages"][1]["content"].encode()) % 4 == 0 else reply(json.dumps({"class": _pick("c", b)})),
 }
 
 
@@ -71,10 +68,7 @@ def test_jury_classes_majority_and_kappas_equal_sklearn(audit, tmp_path):
         summary = judge_audit(out, jury, vote="text", progress=False)
         # the deletion variants are not offered 'instruction'; the substituted ones are
         for body in srv.requests["a"]:
-            subst = (
-                "substituted instruction:" in body["messages"][1]["content"]
-                or "instruction was removed" in body["messages"][1]["content"]
-            )
+            subst = "substituted instruction:" in body["messages"][1]["content"] or "instruction was removed" in body["messages"][1]["content"]
             assert ("instruction" in _classes(body)) == subst
         again = judge_audit(out, jury, vote="text", progress=False)  # resumable: nothing asked twice
         assert again.asked == 0 and len(srv.requests["a"]) == len(labelled)
@@ -88,11 +82,7 @@ def test_jury_classes_majority_and_kappas_equal_sklearn(audit, tmp_path):
     for row in v.to_dict("records"):
         mine = votes[(votes["item_id"] == row["item_id"]) & (votes["variant"] == row["variant"]) & ~votes["abstained"]]
         counts = mine["class"].value_counts()
-        top = (
-            counts.index[0]
-            if len(counts) and counts.iloc[0] >= 2 and (len(counts) == 1 or counts.iloc[0] > counts.iloc[1])
-            else None
-        )
+        top = counts.index[0] if len(counts) and counts.iloc[0] >= 2 and (len(counts) == 1 or counts.iloc[0] > counts.iloc[1]) else None
         assert row["jury_class"] == top or (top is None and pd.isna(row["jury_class"]))
         assert row["rule_mapped"] == judge.RULE_TO_JURY[row["rule_class"]]
     # agreement with the rules and between jurors, as scikit-learn computes it
@@ -106,9 +96,7 @@ def test_jury_classes_majority_and_kappas_equal_sklearn(audit, tmp_path):
             assert rows["all"]["κ"] == pytest.approx(expected, nan_ok=True)
             assert rows["all"]["agreement %"] == pytest.approx(100.0 * (decided["rule_mapped"] == decided["jury_class"]).mean())
         pairs = {r["pair"]: r for r in judge.juror_kappas(votes, jury)}
-        cast = votes[~votes["abstained"]].pivot_table(
-            index=["item_id", "variant"], columns="juror", values="class", aggfunc="first"
-        )
+        cast = votes[~votes["abstained"]].pivot_table(index=["item_id", "variant"], columns="juror", values="class", aggfunc="first")
         both = cast[[jury[0], jury[2]]].dropna()
         assert pairs[f"{jury[0]} · {jury[2]}"]["n"] == len(both)
         assert pairs[f"{jury[0]} · {jury[2]}"]["κ"] == pytest.approx(cohen_kappa_score(both[jury[0]], both[jury[2]]), nan_ok=True)
@@ -121,9 +109,7 @@ def test_jury_classes_majority_and_kappas_equal_sklearn(audit, tmp_path):
 def test_a_failed_vote_is_asked_again_and_leaves_one_row(audit, tmp_path):
     out = _copy(audit, tmp_path / "aud")
     state = {"up": False}
-    with FaultServer(
-        {"m": lambda b, n: reply(json.dumps({"class": "other", "reason": "r"})) if state["up"] else Answer(503)}
-    ) as srv:
+    with FaultServer({"m": lambda b, n: reply(json.dumps({"class": "other", "reason": "r"})) if state["up"] else Answer(503)}) as srv:
         loader = lambda s: OpenAIChat(srv.base_url, "m", retries=0)  # noqa: E731
         proc_first = judge_audit(out, [srv.spec("m")], vote="text", loader=loader, progress=False)
         assert proc_first.cast == 0
@@ -135,27 +121,9 @@ def test_a_failed_vote_is_asked_again_and_leaves_one_row(audit, tmp_path):
 
 def test_cli_refuses_an_audit_without_those_variants_in_one_line(tmp_path):
     out = tmp_path / "aud"
-    sleight(
-        "readout",
-        "audit",
-        "--preset",
-        "forecast",
-        "--limit",
-        "1",
-        "--variants",
-        "original",
-        "--max-new-tokens",
-        "2",
-        "--out",
-        str(out),
-        "--no-progress",
-    )
+    sleight("readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original", "--max-new-tokens", "2", "--out", str(out), "--no-progress")
     proc = sleight("readout", "judge", str(out), "--jury", "openai:http://127.0.0.1:9/v1#x", check=False)
-    assert (
-        proc.returncode == 2
-        and "no substituted-instruction or deletion variants" in proc.stderr
-        and "Traceback" not in proc.stderr
-    )
+    assert proc.returncode == 2 and "no substituted-instruction or deletion variants" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow

@@ -88,18 +88,7 @@ VOTES = {
 
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame(
-        [
-            {
-                "model": "m",
-                "question_id": q,
-                "substitute": "canoe",
-                "substitute_index": 1,
-                "is_entity": False,
-                "n_swaps": 1,
-                "untouched": False,
-            }
-            for q in VOTES
-        ]
+        [{"model": "m", "question_id": q, "substitute": "canoe", "substitute_index": 1, "is_entity": False, "n_swaps": 1, "untouched": False} for q in VOTES]
     )
     rows = []
     for q, votes in VOTES.items():
@@ -199,23 +188,10 @@ def _judge_args(*argv: str) -> argparse.Namespace:
 def test_each_juror_gets_its_own_template_arguments():
     from sleight.cli.jury_args import juror_template_kwargs
 
-    args = _judge_args(
-        "--jury",
-        "a,openai:http://h:1/v1#q=1",
-        "--thinking",
-        "on",
-        "--juror-chat-template-kwargs",
-        'openai:http://h:1/v1#q=1={"enable_thinking": false}',
-    )
-    assert juror_template_kwargs(args, ["a", "openai:http://h:1/v1#q=1"]) == {
-        "a": {"enable_thinking": True},
-        "openai:http://h:1/v1#q=1": {"enable_thinking": False},
-    }
+    args = _judge_args("--jury", "a,openai:http://h:1/v1#q=1", "--thinking", "on", "--juror-chat-template-kwargs", 'openai:http://h:1/v1#q=1={"enable_thinking": false}')
+    assert juror_template_kwargs(args, ["a", "openai:http://h:1/v1#q=1"]) == {"a": {"enable_thinking": True}, "openai:http://h:1/v1#q=1": {"enable_thinking": False}}
     assert args.max_new_tokens is None and args.conventions is None  # the budget and the rules follow the conventions
-    for bad, msg in (
-        (["--juror-chat-template-kwargs", 'z={"x": 1}'], "JUROR one of --jury"),
-        (["--juror-chat-template-kwargs", "a={oops"], "not valid JSON"),
-    ):
+    for bad, msg in ((["--juror-chat-template-kwargs", 'z={"x": 1}'], "JUROR one of --jury"), (["--juror-chat-template-kwargs", "a={oops"], "not valid JSON")):
         with pytest.raises(UserError, match=msg):
             juror_template_kwargs(_judge_args("--jury", "a", *bad), ["a"])
 

@@ -61,9 +61,7 @@ def test_a_server_refusing_response_format_falls_back_to_text_and_it_is_recorded
         return reply(GOOD)
 
     with FaultServer({"old": strict}) as srv:
-        summary = judge_run(
-            run, [srv.spec("old")], vote="schema", loader=lambda s: OpenAIChat(srv.base_url, "old", concurrency=1), progress=False
-        )
+        summary = judge_run(run, [srv.spec("old")], vote="schema", loader=lambda s: OpenAIChat(srv.base_url, "old", concurrency=1), progress=False)
         formats = [r.get("response_format", {}).get("type") for r in srv.requests["old"]]
     j = jury_store.load_judgements(run)
     assert len(j) == n_judged and not j["abstained"].any()
@@ -75,35 +73,13 @@ def test_a_server_refusing_response_format_falls_back_to_text_and_it_is_recorded
 
 def test_json_schema_request_is_strict_and_served_logprobs_give_p_true(run_dir, tmp_path):
     run = copy_run(run_dir, tmp_path / "run")
-    pieces = [
-        '{"',
-        "flagged",
-        '":',
-        " true",
-        ', "',
-        "corrected",
-        '":',
-        " false",
-        ', "',
-        "derailed",
-        '": ',
-        "false",
-        ', "',
-        "switch_aware",
-        '":',
-        " false",
-        ', "reason": "ok"}',
-    ]
+    pieces = ['{"', "flagged", '":', " true", ', "', "corrected", '":', " false", ', "', "derailed", '": ', "false", ', "', "switch_aware", '":', " false", ', "reason": "ok"}']
 
     def entry(tok):
         e = {"token": tok, "logprob": -0.1, "top_logprobs": []}
         if tok.strip() in ("true", "false"):
             other = (" " if tok.startswith(" ") else "") + ("false" if tok.strip() == "true" else "true")
-            e["top_logprobs"] = [
-                {"token": tok, "logprob": math.log(0.75)},
-                {"token": other, "logprob": math.log(0.2)},
-                {"token": " maybe", "logprob": math.log(0.05)},
-            ]
+            e["top_logprobs"] = [{"token": tok, "logprob": math.log(0.75)}, {"token": other, "logprob": math.log(0.2)}, {"token": " maybe", "logprob": math.log(0.05)}]
             e["logprob"] = math.log(0.75)
         return e
 
@@ -138,8 +114,6 @@ def test_a_400_for_another_reason_does_not_switch_the_juror_to_text(run_dir, tmp
         return reply(GOOD)
 
     with FaultServer({"m": long_prompt_once}) as srv:
-        judge_run(
-            run, [srv.spec("m")], vote="schema", loader=lambda s: OpenAIChat(srv.base_url, "m", concurrency=1), progress=False
-        )
+        judge_run(run, [srv.spec("m")], vote="schema", loader=lambda s: OpenAIChat(srv.base_url, "m", concurrency=1), progress=False)
     paths = jury_store.load_judgements(run)["vote_path"].tolist()
     assert paths.count("schema:json_schema") == len(paths) - 1  # only the vote that met the 400 fell back

@@ -24,12 +24,8 @@ def tasks_dir(tmp_path):
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8")
     common = "dataset_path: json\ndataset_kwargs:\n  data_files: docs.jsonl\ntest_split: train\ndoc_to_choice: choices\ndoc_to_target: gold\n"
     (tmp_path / "capitals.yaml").write_text("task: capitals\n" + common + "doc_to_text: '{{q}}'\n", encoding="utf-8")
-    (tmp_path / "letters.yaml").write_text(
-        "task: letters\n" + common + "doc_to_text: '{{q}}'\ndoc_to_choice: ['A', 'B', 'C']\n", encoding="utf-8"
-    )
-    (tmp_path / "gen.yaml").write_text(
-        "task: gen\noutput_type: generate_until\ndoc_to_text: x\ndoc_to_choice: y\n", encoding="utf-8"
-    )
+    (tmp_path / "letters.yaml").write_text("task: letters\n" + common + "doc_to_text: '{{q}}'\ndoc_to_choice: ['A', 'B', 'C']\n", encoding="utf-8")
+    (tmp_path / "gen.yaml").write_text("task: gen\noutput_type: generate_until\ndoc_to_text: x\ndoc_to_choice: y\n", encoding="utf-8")
     return tmp_path
 
 
@@ -56,12 +52,7 @@ def test_cli_writes_the_task_report(model, tasks_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["readout", "scan", "--lm-eval-tasks", str(tasks_dir), "--out", str(out)]) == 0
     data = json.loads((out / "lm_eval_scan.json").read_text())
-    assert [(r["task"], r["mode"]) for r in data["rows"]] == [
-        ("capitals", "plain"),
-        ("capitals", "chat"),
-        ("letters", "plain"),
-        ("letters", "chat"),
-    ]
+    assert [(r["task"], r["mode"]) for r in data["rows"]] == [("capitals", "plain"), ("capitals", "chat"), ("letters", "plain"), ("letters", "chat")]
     assert data["skipped"][0]["file"] == "gen.yaml"
     md = (out / "lm_eval_scan.md").read_text()
     assert "| capitals | chat |" in md and "delimiter moved (chat mode)" in md

@@ -43,18 +43,11 @@ def test_instruction_and_choices_deleted_is_named_not_default():
     assert parse_variants("all") == VARIANTS
     with pytest.raises(UserError, match="unknown variant"):
         parse_variants("deleted_everything")
-    bare = AuditItem(
-        id="a", messages=({"role": "user", "content": "Q?\nA. x\nB. y"},), options=("A", "B"), choices_block="A. x\nB. y"
-    )
+    bare = AuditItem(id="a", messages=({"role": "user", "content": "Q?\nA. x\nB. y"},), options=("A", "B"), choices_block="A. x\nB. y")
     skipped = make_variant(bare, "deleted_instruction_choices")
     assert isinstance(skipped, Skipped) and "quoted_instruction" in skipped.reason
-    absent = AuditItem(
-        id="b",
-        messages=({"role": "user", "content": "Q?\nA. x\nB. y\nPick."},),
-        options=("A", "B"),
-        choices_block="A. x\nB. y",
-        quoted_instruction="Answer A or B.",
-    )
+    absent = AuditItem(id="b", messages=({"role": "user", "content": "Q?\nA. x\nB. y\nPick."},), options=("A", "B"),
+                       choices_block="A. x\nB. y", quoted_instruction="Answer A or B.")
     assert isinstance(make_variant(absent, "deleted_instruction_choices"), Skipped)
 
 
@@ -101,11 +94,7 @@ def test_note_writer_prompt_budget_and_acceptance():
     assert [notes.retry_budget(r) for r in range(5)] == [32, 16, 10, 8, 6] and notes.NOTE_RETRIES == 4
     assert "at most 10 words." in notes.writer_prompt("x", 2) and notes.NOTE_MAX_NEW_TOKENS == 256
     assert notes.note_ok("A short note.", "stop") and not notes.note_ok("A short note.", "length")
-    assert (
-        not notes.note_ok("", "stop")
-        and not notes.note_ok(" ".join(["w"] * 33), "stop")
-        and notes.note_ok(" ".join(["w"] * 32), "stop")
-    )
+    assert not notes.note_ok("", "stop") and not notes.note_ok(" ".join(["w"] * 33), "stop") and notes.note_ok(" ".join(["w"] * 32), "stop")
     assert not notes.note_ok("<think>\n</think> ok", "stop")
 
 
@@ -114,9 +103,7 @@ def test_n1_notes_use_the_writer_at_a_twelve_word_budget():
     asks for it, retries at floor(12 / (r + 1)) words and keeps 1-12 words."""
     assert cond.N1_NOTE_WORDS == 12
     assert "Budget: at most 12 words. Write only the note" in notes.writer_prompt("P", 0, cond.N1_NOTE_WORDS)
-    assert [notes.retry_budget(r, 12) for r in range(5)] == [12, 6, 4, 3, 2] and "at most 4 words." in notes.writer_prompt(
-        "P", 2, 12
-    )
+    assert [notes.retry_budget(r, 12) for r in range(5)] == [12, 6, 4, 3, 2] and "at most 4 words." in notes.writer_prompt("P", 2, 12)
     assert notes.note_ok(" ".join(["w"] * 12), "stop", 12) and not notes.note_ok(" ".join(["w"] * 13), "stop", 12)
 
 
@@ -154,10 +141,7 @@ def test_appendix_i_conditions_as_printed(model):
     text = c0.messages[0]["content"]
     s1 = cond.condition_items("S1", recs)[0]
     assert [m["role"] for m in s1.messages] == ["system", "user"] and s1.messages[0]["content"] == cond.S1_SYSTEM
-    assert (
-        s1.messages[1]["content"].startswith(f"Note: {cond.FIXED_NOTE}")
-        and "Quoted question: " + c0.quoted in s1.messages[1]["content"]
-    )
+    assert s1.messages[1]["content"].startswith(f"Note: {cond.FIXED_NOTE}") and "Quoted question: " + c0.quoted in s1.messages[1]["content"]
     a1 = cond.condition_items("A1", recs)[0].messages[0]["content"]
     a2 = cond.condition_items("A2", recs)[0].messages[0]["content"]
     assert a1 == text.replace(FORECAST_QUESTION, cond.A1_SENTENCE + " " + FORECAST_QUESTION)
@@ -175,18 +159,11 @@ def test_appendix_i_conditions_as_printed(model):
         cond.condition_items("C9", recs)
     pro = [{"id": "p1", "question": "Which?", "options": [f"opt{k}" for k in range(10)], "answer": "C"}]
     d1 = cond.condition_items("D1", pro)[0]
-    assert (
-        d1.quoted
-        == "Which?\n"
-        + "\n".join(f"{chr(65 + k)}: opt{k}" for k in range(10))
-        + "\nAnswer with exactly one of: A, B, C, D, E, F, G, H, I, J."
-    )
+    assert d1.quoted == "Which?\n" + "\n".join(f"{chr(65 + k)}: opt{k}" for k in range(10)) + "\nAnswer with exactly one of: A, B, C, D, E, F, G, H, I, J."
     assert d1.letters == tuple("ABCDEFGHIJ")
     for name in cond.CONDITIONS:  # every condition renders through the model's own template
         it = cond.condition_items(name, recs, notes=["n", "n"])[0]
-        assert render(model, make_variant(it, "original")).endswith(
-            model.render_chat([{"role": "user", "content": "x"}]).text[-10:]
-        )
+        assert render(model, make_variant(it, "original")).endswith(model.render_chat([{"role": "user", "content": "x"}]).text[-10:])
 
 
 def test_answer_letter_rule_and_letter_pull():
@@ -194,14 +171,8 @@ def test_answer_letter_rule_and_letter_pull():
     the item's own letters; Llama-3-8B-Instruct's article "A" (A clever / A classic / A nice) is
     prose, not a letter; letter pull is a letter on at least half the items (Table 15)."""
     assert cond.is_answer_letter("\u0120B") and cond.is_answer_letter("\u2581C") and cond.is_answer_letter(" D")
-    assert not cond.is_answer_letter("A", continuation="A clever question! The note") and cond.is_answer_letter(
-        "A", continuation="A: her English"
-    )
-    assert (
-        not cond.is_answer_letter("A", continuation=" A nice")
-        and not cond.is_answer_letter("E")
-        and cond.is_answer_letter("E", tuple("ABCDEFGHIJ"))
-    )
+    assert not cond.is_answer_letter("A", continuation="A clever question! The note") and cond.is_answer_letter("A", continuation="A: her English")
+    assert not cond.is_answer_letter("A", continuation=" A nice") and not cond.is_answer_letter("E") and cond.is_answer_letter("E", tuple("ABCDEFGHIJ"))
     letters = [cond.LETTERS_AD] * 64
     assert cond.letter_pull(["B"] * 32 + ["Answer"] * 32, letters, [None] * 64)
     assert not cond.letter_pull(["B"] * 31 + ["Answer"] * 33, letters, [None] * 64)
@@ -222,9 +193,7 @@ def test_composed_interventions_of_c1_and_c2(model):
         summ = by[f"{f}\u00d7summarise"].messages[0]["content"]
         assert item.quoted_instruction not in dele and "\n\n\n" not in dele
         assert item.quoted_instruction not in summ and "Summarise in one sentence." in summ
-        assert (FENCE_BEGIN in dele) == (f == "fenced") and (by[f"{f}\u00d7instruction"].prefill == FORECAST_STEM) == (
-            f == "stemmed"
-        )
+        assert (FENCE_BEGIN in dele) == (f == "fenced") and (by[f"{f}\u00d7instruction"].prefill == FORECAST_STEM) == (f == "stemmed")
     ctx = [render(model, g) for g in grid]
     assert len(set(ctx)) == 9 and ctx[6].endswith(FORECAST_STEM)
     for ending in comp.SPACE_ENDINGS:
@@ -242,33 +211,18 @@ def test_appendix_d_prediction_rules():
     assert token_rules.opening_word_match("\u0120List", "keywords") and token_rules.opening_word_match("Translate", "french")
     assert not token_rules.opening_word_match("Keywords", "keywords") and not token_rules.opening_word_match("", "empty")
     assert token_rules.opening_word_rate(["Count", "3", "Count", "The"], "count") == 0.5
-    assert [token_rules.token_class(t) for t in ("\u0120B", "7", "\u010a", "Note", ",")] == [
-        "answer_letter",
-        "digit",
-        "whitespace",
-        "prose",
-        "prose",
-    ]
+    assert [token_rules.token_class(t) for t in ("\u0120B", "7", "\u010a", "Note", ",")] == ["answer_letter", "digit", "whitespace", "prose", "prose"]
     assert set(token_rules.PREDICTED_CLASS) == {"instruction", *SUBSTITUTES}
     assert token_rules.token_class_check(["7", "3", "B"], "integer") and not token_rules.token_class_check(["7", "B"], "empty")
-    assert token_rules.token_class_check(["Note", "Keywords", "1"], "keywords") and token_rules.token_class_check(
-        ["A", "B", "x"], "instruction"
-    )
+    assert token_rules.token_class_check(["Note", "Keywords", "1"], "keywords") and token_rules.token_class_check(["A", "B", "x"], "instruction")
 
 
 def test_judge_continuations_and_bare_number_rule():
     """Paper: App. D / §4, the judge reads 64-token greedy continuations, and a continuation that is
     only a number counts as a forecast whatever its label."""
     assert judge.JUDGE_CONTINUATION_TOKENS == 64
-    assert (
-        judge.is_bare_number(" 70\n")
-        and judge.is_bare_number("3.5")
-        and not judge.is_bare_number("70 readers")
-        and not judge.is_bare_number("")
-    )
-    assert (
-        judge.counted_class("instruction", "42") == "forecast" and judge.counted_class("instruction", "Le texte") == "instruction"
-    )
+    assert judge.is_bare_number(" 70\n") and judge.is_bare_number("3.5") and not judge.is_bare_number("70 readers") and not judge.is_bare_number("")
+    assert judge.counted_class("instruction", "42") == "forecast" and judge.counted_class("instruction", "Le texte") == "instruction"
     assert judge.execution_rate(["instruction", "instruction", "item", "instruction"], ["Voici", "12", "B", "Le"]) == 0.5
 
 

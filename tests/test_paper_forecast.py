@@ -89,30 +89,12 @@ def test_spaced_reader_is_the_target_in_the_summary():
     rows = []
     for k, (uns, sp, gold) in enumerate((("A", "B", "B"), ("C", "C", "C"), ("D", "A", "D"), ("A", "B", "A"))):
         for pos, score in (("original", 0.1 * k), ("stem", 0.2 + 0.1 * k)):
-            rows.append(
-                {
-                    "item_id": f"i{k}",
-                    "cluster": k,
-                    "position": pos,
-                    "gold": gold,
-                    "reader_choice": uns,
-                    "reader_choice_spaced": sp,
-                    "reader_agree": uns == sp,
-                    "correct": sp == gold,
-                    "correct_spaced": sp == gold,
-                    "reader_target": "spaced",
-                    "reader_mass": 0.5,
-                    "reader_mass_spaced": 0.5,
-                    "note_truncated": False,
-                    "note_raw_words": 10,
-                    "score": score,
-                    "option_mass": 0.5,
-                    "first_tokens_distinct": True,
-                    "argmax_class": "x",
-                    "argmax_token": "x",
-                    "continuation_class": "x",
-                }
-            )
+            rows.append({
+                "item_id": f"i{k}", "cluster": k, "position": pos, "gold": gold, "reader_choice": uns, "reader_choice_spaced": sp,
+                "reader_agree": uns == sp, "correct": sp == gold, "correct_spaced": sp == gold, "reader_target": "spaced",
+                "reader_mass": 0.5, "reader_mass_spaced": 0.5, "note_truncated": False, "note_raw_words": 10, "score": score,
+                "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x", "argmax_token": "x", "continuation_class": "x",
+            })
     s = summarise(rows, B=20).reader
     assert s["target"] == "spaced"
     assert s["accuracy_target"] == s["accuracy_spaced"] == 0.5 and s["accuracy"] == 0.75  # spaced: B=B, C=C, A!=D, B!=A
@@ -138,14 +120,9 @@ def test_spaced_reader_is_the_target_on_the_model(model):
     unspaced = read_notes(model, items, notes, reader="unspaced")
     for it, n, sp, un in zip(items, notes, spaced, unspaced):
         ctx = model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}])
-        lps = [
-            float(np.sum(a))
-            for a in model.continuation_logprobs(ctx.ids, [encode_continuation(model, ctx.text, f" {x}") for x in "ABCD"])
-        ]
+        lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, [encode_continuation(model, ctx.text, f" {x}") for x in "ABCD"])]
         assert sp["reader_choice_spaced"] == "ABCD"[int(np.argmax(lps))]
-        assert (
-            sp["correct"] == (sp["reader_choice_spaced"] == it.answer) == sp["correct_spaced"] and sp["reader_target"] == "spaced"
-        )
+        assert sp["correct"] == (sp["reader_choice_spaced"] == it.answer) == sp["correct_spaced"] and sp["reader_target"] == "spaced"
         assert un["correct"] == (un["reader_choice"] == it.answer) and un["reader_target"] == "unspaced"
     with pytest.raises(UserError, match="unknown reader 'both'"):
         read_notes(model, items, notes, reader="both")
@@ -172,15 +149,8 @@ def test_short_stems_are_readouts(model):
     for key, stem in SHORT_STEMS.items():
         rendered = model.render_chat([{"role": "user", "content": prompt}], prefill=stem)
         text, ids = rendered.text, rendered.ids
-        assert (
-            text == model.render_chat([{"role": "user", "content": prompt}]).text + stem
-        )  # the generation prompt, then the stem as text
-        lps = np.array(
-            [
-                float(np.sum(a))
-                for a in model.continuation_logprobs(ids, [encode_continuation(model, text, o) for o in FORECAST_OPTIONS])
-            ]
-        )
+        assert text == model.render_chat([{"role": "user", "content": prompt}]).text + stem  # the generation prompt, then the stem as text
+        lps = np.array([float(np.sum(a)) for a in model.continuation_logprobs(ids, [encode_continuation(model, text, o) for o in FORECAST_OPTIONS])])
         p = np.exp(lps - lps.max())
         want = float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p / p.sum())))
         assert rec[key] == pytest.approx(want, abs=MASS_ATOL), key

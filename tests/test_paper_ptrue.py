@@ -63,21 +63,13 @@ def test_items_carry_their_instruction():
     assert lettered.instruction_text == LETTERED_INSTRUCTION
     assert lettered.prompt_without_instruction == "Why?\nA. w\nB. x\nC. y\nD. z"
     brief = qa_item_from_record(
-        {
-            "id": "t",
-            "question": "Who wrote Emma?",
-            "answers": ["Jane Austen"],
-            "input": "Answer the question briefly.\nQ: Who wrote Emma?\nA:",
-            "instruction": "Answer the question briefly.",
-        },
+        {"id": "t", "question": "Who wrote Emma?", "answers": ["Jane Austen"], "input": "Answer the question briefly.\nQ: Who wrote Emma?\nA:", "instruction": "Answer the question briefly."},
         "x",
     )
     assert brief.prompt_without_instruction == "Q: Who wrote Emma?\nA:"
     bare = qa_item_from_record({"id": "b", "question": "Who wrote Emma?", "answers": ["Jane Austen"]}, "x")
     assert bare.prompt_without_instruction is None
-    assert (
-        pp.no_instruction_note([bare, lettered]) == "Deleted not read for 1 of 2 items: no 'instruction' in the item (first: b)"
-    )
+    assert pp.no_instruction_note([bare, lettered]) == "Deleted not read for 1 of 2 items: no 'instruction' in the item (first: b)"
     assert pp.no_instruction_note([lettered]) is None
     pairs = pp.constructed_pairs([lettered, bare])
     assert [p["deleted_question"] for p in pairs] == [lettered.prompt_without_instruction] * 2 + [None]
@@ -90,9 +82,7 @@ def test_deleted_is_the_library_reading_of_the_deleted_question(model):
     assert (deleted.value, deleted.options, deleted.stem) == ("polygraph", ("True", "False"), None)
     item = QAItem("m", "Which planet is largest?", choices=("Mars", "Jupiter", "Venus", "Earth"), gold_letter="B")
     dq = item.prompt_without_instruction
-    rows = score_pairs(
-        model, [item.prompt, dq], ["B. Jupiter", "B. Jupiter"], deleted_questions=[dq, None], continuation_tokens=0
-    )
+    rows = score_pairs(model, [item.prompt, dq], ["B. Jupiter", "B. Jupiter"], deleted_questions=[dq, None], continuation_tokens=0)
     by = {(k // len(READOUTS), r["readout"]): r for k, r in enumerate(rows)}
     assert by[(0, "deleted")]["score"] == pytest.approx(by[(1, "library")]["score"], abs=LOGPROB_ATOL)
     assert "(A) True\n (B) False" in by[(0, "deleted")]["context"] and LETTERED_INSTRUCTION not in by[(0, "deleted")]["context"]
@@ -116,26 +106,11 @@ def test_gold_printed_neither_split():
     assert pp.argmax_split(" True", "B", "D") == "neither"
     assert pp.argmax_split("B", None, "D") is None
     rows = []
-    for k, (src, ans, tok) in enumerate(
-        (("gold", "B. x", "B"), ("wrong", "D. z", "D"), ("gold", "A. w", " C"), ("wrong", "C. y", " A"))
-    ):
+    for k, (src, ans, tok) in enumerate((("gold", "B. x", "B"), ("wrong", "D. z", "D"), ("gold", "A. w", " C"), ("wrong", "C. y", " A"))):
         for r in pp.READOUT_LABELS:
-            rows.append(
-                {
-                    "setting": "constructed",
-                    "item_id": f"q{k // 2}",
-                    "label": float(src == "gold"),
-                    "readout": r,
-                    "score": 0.1 * k - (r == "library"),
-                    "answer": ans,
-                    "answer_source": src,
-                    "option_mass": 0.5,
-                    "first_tokens_distinct": True,
-                    "argmax_class": "x",
-                    "argmax_token": tok,
-                    "continuation_class": "x",
-                }
-            )
+            rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": float(src == "gold"), "readout": r, "score": 0.1 * k - (r == "library"),
+                         "answer": ans, "answer_source": src, "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x",
+                         "argmax_token": tok, "continuation_class": "x"})
     s = pp.summarise(rows, B=20).settings["constructed"]
     assert s["readouts"]["library"]["argmax_split"] == {"gold": 2, "printed": 1, "neither": 1}
     assert set(s["readouts"]["library"]["per_letter_auroc"]) == {"A", "B", "C", "D"}
@@ -151,9 +126,7 @@ def test_sampling_probabilities_by_hand():
     lp = np.log([0.5, 0.3, 0.2])
     np.testing.assert_allclose(sampling_probs(lp, Sampling(top_k=2)), [5 / 8, 3 / 8], rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
     np.testing.assert_allclose(sampling_probs(lp, Sampling(top_p=0.6)), [5 / 8, 3 / 8, 0.0], rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
-    np.testing.assert_allclose(
-        sampling_probs(lp, Sampling(temperature=0.5)), np.array([25, 9, 4]) / 38, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL
-    )
+    np.testing.assert_allclose(sampling_probs(lp, Sampling(temperature=0.5)), np.array([25, 9, 4]) / 38, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
     assert math.isclose(float(sampling_probs(lp, Sampling(top_p=0.01)).sum()), 1.0)
 
 
@@ -208,13 +181,8 @@ def test_audit_ptrue_preset_reads_the_records_instruction():
     from sleight.readout.audit.presets import ptrue_items
     from sleight.readout.data.common import lettered_ptrue_records
 
-    rec = {
-        "id": "t1",
-        "question": "Answer as briefly as possible.\n\nQuestion: Who wrote Hamlet?\nAnswer: ",
-        "answers": ["Shakespeare"],
-        "wrong": "Marlowe",
-        "instruction": "Answer as briefly as possible.",
-    }
+    rec = {"id": "t1", "question": "Answer as briefly as possible.\n\nQuestion: Who wrote Hamlet?\nAnswer: ", "answers": ["Shakespeare"],
+           "wrong": "Marlowe", "instruction": "Answer as briefly as possible."}
     items = ptrue_items([rec])
     want = qa_item_from_record(rec, "t").prompt_without_instruction
     assert want == "Question: Who wrote Hamlet?\nAnswer: "
@@ -249,15 +217,8 @@ def test_decode_flag_reaches_the_sampling_setting():
     assert config.sampling() == Sampling(top_k=20, seed=7)
     rec = config.record("items.jsonl", [])
     assert {k: rec[k] for k in ("decode", "temperature", "top_k", "top_p", "sample_seed")} == {
-        "decode": "sampled",
-        "temperature": 1.0,
-        "top_k": 20,
-        "top_p": 1.0,
-        "sample_seed": 7,
-    }
-    assert "--decode sampled" in config.command("out", "items.jsonl") and "--sample-seed 7" in config.command(
-        "out", "items.jsonl"
-    )
+        "decode": "sampled", "temperature": 1.0, "top_k": 20, "top_p": 1.0, "sample_seed": 7}
+    assert "--decode sampled" in config.command("out", "items.jsonl") and "--sample-seed 7" in config.command("out", "items.jsonl")
     greedy = _config("ptrue", parser.parse_args(["readout", "ptrue"]))
     assert greedy == PTrueConfig() and greedy.sampling() is None
     assert not {"decode", "temperature", "top_k", "top_p", "sample_seed"} & set(greedy.record("items.jsonl", []))
@@ -278,23 +239,8 @@ def test_sampled_run_from_the_command_line(model, tmp_path, capsys):
     from sleight.readout.ptrue.answers import DEFAULT_ITEMS, load_qa_items
 
     out = tmp_path / "run"
-    argv = [
-        "readout",
-        "ptrue",
-        "--limit",
-        "1",
-        "--answers",
-        "own",
-        "--max-new-tokens",
-        "5",
-        "--continuation-tokens",
-        "1",
-        "--B",
-        "20",
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
+    argv = ["readout", "ptrue", "--limit", "1", "--answers", "own", "--max-new-tokens", "5", "--continuation-tokens", "1",
+            "--B", "20", "--out", str(out), "--no-progress"]
     assert main([*argv, "--decode", "sampled"]) == 0
     rows = pq.read_table(out / "readings.parquet").to_pylist()
     (want,) = sampled_answers(model, load_qa_items(DEFAULT_ITEMS, limit=1), 5, Sampling())

@@ -49,10 +49,7 @@ def test_race_h_is_app_a1s_draw_on_the_shipped_fixture():
     assert ds.provenance["rule"]["order"] == ["test", "validation", "train"]
     assert ds.provenance["counts"] == {"rows": 15, "passages": 10, "long_enough": 8, "listed": 8, "drawn": 8}
     high4 = next(r for r in ds.records if r["passage_id"] == "high4.txt")
-    assert high4["question"] in {
-        "How long did the walk take at the end?",
-        "What did the walk take at last?",
-    }  # validation's high7 joined it
+    assert high4["question"] in {"How long did the walk take at the end?", "What did the walk take at last?"}  # validation's high7 joined it
 
 
 def test_race_h_samples_are_prefixes_of_one_list():
@@ -84,11 +81,7 @@ def test_own_answers_sample_at_each_checkpoints_generation_config():
     from sleight.readout.reproduce.kinds import run_settings
 
     assert generation_sampling(None) == {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
-    assert generation_sampling({"temperature": 0.6, "top_k": 20, "top_p": 0.95, "do_sample": True}) == {
-        "temperature": 0.6,
-        "top_k": 20,
-        "top_p": 0.95,
-    }
+    assert generation_sampling({"temperature": 0.6, "top_k": 20, "top_p": 0.95, "do_sample": True}) == {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
     assert generation_sampling({"temperature": 0.6, "top_p": 0.9}) == {"temperature": 0.6, "top_k": 50, "top_p": 0.9}
     t9 = load_table("table9")
     spec = t9.runs["ptrue-mmlu"]
@@ -180,10 +173,7 @@ def test_the_wrong_printed_answer_is_a_bare_seeded_non_gold_letter():
     from sleight.readout.ptrue.answers import qa_item_from_record
     from sleight.readout.ptrue.pipeline import _letters, constructed_pairs, printed_wrong_letter
 
-    items = [
-        qa_item_from_record({"id": f"q{k}", "question": "Q?", "choices": ["w", "x", "y", "z"], "answer": "C"}, "t")
-        for k in range(30)
-    ]
+    items = [qa_item_from_record({"id": f"q{k}", "question": "Q?", "choices": ["w", "x", "y", "z"], "answer": "C"}, "t") for k in range(30)]
     pairs = constructed_pairs(items)
     wrong = [p["answer"] for p in pairs if p["answer_source"] == "wrong"]
     assert wrong == [printed_wrong_letter(f"q{k}", "C") for k in range(30)]
@@ -207,11 +197,7 @@ def test_answer_letter_auroc_by_hand():
         want = answer_letter_auroc(s[idx], y[idx], g[idx])
         assert (reps[b] == pytest.approx(want, abs=FLOAT64_ATOL)) if math.isfinite(want) else math.isnan(reps[b])
     out = answer_letter_auroc_interval(s, y, g, B=200, seed=0)
-    assert (
-        out["estimate"] == pytest.approx(0.8, rel=FLOAT64_RTOL)
-        and out["low"] <= out["estimate"] <= out["high"]
-        and out["B"] == 200
-    )
+    assert out["estimate"] == pytest.approx(0.8, rel=FLOAT64_RTOL) and out["low"] <= out["estimate"] <= out["high"] and out["B"] == 200
 
 
 def test_brier_reduction_with_its_interval():
@@ -222,19 +208,14 @@ def test_brier_reduction_with_its_interval():
 
     y = [1.0, 0.0, 1.0, 0.0, 1.0]
     orig, stem = [0.1, 0.1, 0.1, 0.1, 0.1], [0.7, 0.3, 0.6, 0.5, 0.5]
-    rows = [
-        {"item_id": f"p{k}", "cluster": k, "position": pos, "score": sc, "correct": t}
-        for k, t in enumerate(y)
-        for pos, sc in (("original", orig[k]), ("stem", stem[k]))
-    ]
+    rows = [{"item_id": f"p{k}", "cluster": k, "position": pos, "score": sc, "correct": t}
+            for k, t in enumerate(y) for pos, sc in (("original", orig[k]), ("stem", stem[k]))]
     col = Column("r", "R", "forecast", {"position": "original"}, metric="brier", minus={"position": "stem"})
     counts = shared_counts(5, 100, 0)
     cell = metric_cell(rows, col, "forecast", {str(k): k for k in range(5)}, counts)
     ya, so, ss = np.array(y), np.array(orig), np.array(stem)
     assert cell.estimate == pytest.approx(float(brier(so, ya)) - float(brier(ss, ya)), abs=FLOAT64_ATOL) and cell.estimate > 0
-    np.testing.assert_allclose(
-        np.asarray(cell.replicates), np.asarray(brier(so, ya, counts) - brier(ss, ya, counts)), atol=FLOAT64_ATOL
-    )
+    np.testing.assert_allclose(np.asarray(cell.replicates), np.asarray(brier(so, ya, counts) - brier(ss, ya, counts)), atol=FLOAT64_ATOL)
     assert cell.low <= cell.estimate <= cell.high
 
 

@@ -61,9 +61,7 @@ def three():
 
 @pytest.fixture(scope="module")
 def tables(three):
-    return paper_tables(
-        three, [("magistral-small-24b", "mistral-small-24b"), ("deepseek-r1-distill-32b", "qwen2.5-32b-awq")], BOOT
-    )
+    return paper_tables(three, [("magistral-small-24b", "mistral-small-24b"), ("deepseek-r1-distill-32b", "qwen2.5-32b-awq")], BOOT)
 
 
 def _md_rows(md: str) -> list[str]:
@@ -81,26 +79,15 @@ def test_table1_prints_the_papers_rows(tables):
     ]
     tex = to_latex([t1])
     lines = tex.splitlines()
-    assert lines[lines.index("\\rowcolor{thinkrow}") + 1].startswith(
-        "Magistral-Small-24B & 5 & 3 & 0 & 84 & 26 & 0.0 & +0.28 & +0.53"
-    )
+    assert lines[lines.index("\\rowcolor{thinkrow}") + 1].startswith("Magistral-Small-24B & 5 & 3 & 0 & 84 & 26 & 0.0 & +0.28 & +0.53")
     assert tex.count("\\rowcolor{thinkrow}") == 1 and "\\definecolor{thinkrow}" in tex
     page = html_table(t1)
-    assert page.count('<tr class="think"') == 1 and page.index("Magistral") > page.index('<tr class="think"') > page.index(
-        "Qwen2.5-14B"
-    )
+    assert page.count('<tr class="think"') == 1 and page.index("Magistral") > page.index('<tr class="think"') > page.index("Qwen2.5-14B")
     # the twin table: every cell an estimate with its interval, in the same format
     cells = dict(zip(t1_ci.shown, t1_ci.cells()[0]))
-    assert (
-        cells["Flag."].startswith("46 [")
-        and cells["Switch aware"].startswith("1.3 [")
-        and cells["Δsurp. (nats)"] == "+0.18 [+0.18, +0.18]"
-    )
+    assert cells["Flag."].startswith("46 [") and cells["Switch aware"].startswith("1.3 [") and cells["Δsurp. (nats)"] == "+0.18 [+0.18, +0.18]"
     csv = t1.frame.set_index("Model")
-    assert (
-        csv.loc["Qwen2.5-14B", "Flag."] == 100 * 4646 / 10100
-        and csv.loc["Qwen2.5-14B", "Flag. low"] < 46 < csv.loc["Qwen2.5-14B", "Flag. high"]
-    )
+    assert csv.loc["Qwen2.5-14B", "Flag."] == 100 * 4646 / 10100 and csv.loc["Qwen2.5-14B", "Flag. low"] < 46 < csv.loc["Qwen2.5-14B", "Flag. high"]
 
 
 def test_ties_in_flagged_sort_by_run_name():
@@ -134,9 +121,7 @@ def test_untouched_rates_to_one_decimal(tables):
     assert unt.cells()[0][:2] == ["U", "1.0"]  # App. D: one question of 100 never fired the trigger
     assert unt.frame.iloc[0]["Untouched"] == N_SUB and unt.frame.iloc[0]["Trials"] == N_Q * N_SUB
     assert untouched_section(tables).cells()[0][1] == "0.0"
-    assert (
-        paper_tables([one], boot=Boot(B=20)).rows[0].table1["Δsurp. (nats)"].n == (N_Q - 1) * N_SUB
-    )  # Δ over trials that have one
+    assert paper_tables([one], boot=Boot(B=20)).rows[0].table1["Δsurp. (nats)"].n == (N_Q - 1) * N_SUB  # Δ over trials that have one
 
 
 def test_the_question_bootstrap_is_the_trial_level_cluster_bootstrap(three):
@@ -150,9 +135,7 @@ def test_the_question_bootstrap_is_the_trial_level_cluster_bootstrap(three):
     # a difference resamples both sides by the same questions: its replicate is the difference of theirs
     e = m.entity
     d = rate_diff(m.question[e], x[e], m.question[~e], x[~e], BOOT)
-    assert (
-        math.isclose(d.value, x[e].mean() - x[~e].mean(), rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL) and d.low < d.value < d.high
-    )
+    assert math.isclose(d.value, x[e].mean() - x[~e].mean(), rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL) and d.low < d.value < d.high
 
 
 def test_the_pooled_switch_aware_rate(three, tables):
@@ -178,9 +161,7 @@ def test_matched_pairs_from_the_config(tables):
     (pair,) = tables.pairs
     assert (pair.thinking.display, pair.sibling.display) == ("Magistral-Small-24B", "Mistral-Small-24B")
     assert pair.thinking_rate.n == pair.sibling_rate.n == 10100 and pair.sibling_rate.value == 303 / 10100
-    assert math.isclose(
-        pair.diff.value, pair.thinking_rate.value - pair.sibling_rate.value, rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL
-    )
+    assert math.isclose(pair.diff.value, pair.thinking_rate.value - pair.sibling_rate.value, rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL)
     assert pair.thinking_rate.k == 505 and pair.diff.low < pair.diff.value < pair.diff.high
     assert tables.pairs_missing == (("deepseek-r1-distill-32b", "qwen2.5-32b-awq"),)
 
@@ -193,10 +174,7 @@ def test_the_report_names_and_marks_models_from_metadata(tmp_path_factory, tmp_p
 
     judged = judged_report(tmp_path_factory)
     names = [r.name for r in judged.runs]  # run0, run1: the runs' folder names, as a sweep names them
-    meta = ReportMeta(
-        {names[0]: ModelMeta("SmolLM2 (by name)", True, 0.135), names[1]: ModelMeta("SmolLM2 (GGUF)", False, 0.2)},
-        ((names[0], names[1]),),
-    )
+    meta = ReportMeta({names[0]: ModelMeta("SmolLM2 (by name)", True, 0.135), names[1]: ModelMeta("SmolLM2 (GGUF)", False, 0.2)}, ((names[0], names[1]),))
     paths = write_report(judged.runs, tmp_path / "r", meta=meta, B=50, progress=False)
     md = paths.markdown.read_text()
     paper_t1 = md.split("## Table 1 — main sweep", 1)[1].split("##", 1)[0]
@@ -220,23 +198,7 @@ def test_the_report_names_and_marks_models_from_metadata(tmp_path_factory, tmp_p
         f"  - {{name: {names[1]}, model: b/model, display: Other one, params_b: 0.2}}\npairs:\n  - [{names[0]}, {names[1]}]\n"
     )
     out = tmp_path / "cli"
-    assert (
-        main(
-            [
-                "tamper",
-                "report",
-                *map(str, judged.runs),
-                "--out",
-                str(out),
-                "--config",
-                str(sweep),
-                "--bootstrap",
-                "50",
-                "--no-site",
-            ]
-        )
-        == 0
-    )
+    assert main(["tamper", "report", *map(str, judged.runs), "--out", str(out), "--config", str(sweep), "--bootstrap", "50", "--no-site"]) == 0
     assert "| Tiny one † |" in (out / "leaderboard.md").read_text()
     assert pd.read_csv(out / "pairs.csv")["Sibling"].tolist() == ["Other one"]
     assert main(["tamper", "report", str(judged.runs[0]), "--out", str(out), "--bootstrap", "0"]) == 2
@@ -313,12 +275,6 @@ def test_the_study_config_reproduces_table_1_as_printed():
         mark = " †" if by_display[name] in STUDY_THINKING else ""
         expected.append("| " + " | ".join([name + mark, *map(str, cells)]) + " |")
     assert _md_rows(to_markdown([t1], "t")) == expected
-    pairs = {
-        (p.thinking.display, p.sibling.display): (round(100 * p.thinking_rate.value), round(100 * p.sibling_rate.value))
-        for p in t.pairs
-    }
-    assert pairs == {
-        ("Magistral-Small-24B", "Mistral-Small-24B"): (5, 3),
-        ("DeepSeek-R1-Distill-32B", "Qwen2.5-32B (AWQ)"): (42, 33),
-    }  # §5
+    pairs = {(p.thinking.display, p.sibling.display): (round(100 * p.thinking_rate.value), round(100 * p.sibling_rate.value)) for p in t.pairs}
+    assert pairs == {("Magistral-Small-24B", "Mistral-Small-24B"): (5, 3), ("DeepSeek-R1-Distill-32B", "Qwen2.5-32B (AWQ)"): (42, 33)}  # §5
     assert {s.column: s.n_models for s in t.size}[FLAG] == 19

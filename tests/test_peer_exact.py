@@ -24,7 +24,7 @@ DOCS = [
 ]
 TASK = (
     "task: capitals\ndataset_path: json\ndataset_kwargs:\n  data_files: {test: docs.jsonl}\ntest_split: test\n"
-    'output_type: multiple_choice\ndoc_to_text: "Question: {{q}}\\nAnswer:"\ndoc_to_choice: opts\ndoc_to_target: label\n'
+    "output_type: multiple_choice\ndoc_to_text: \"Question: {{q}}\\nAnswer:\"\ndoc_to_choice: opts\ndoc_to_target: label\n"
 )
 # A context that ends in a space: lm-eval moves it into the continuation in plain mode too.
 SPACED = TASK.replace('"Question: {{q}}\\nAnswer:"', '"Q: {{q}} A: "').replace("task: capitals", "task: spaced")
@@ -84,9 +84,7 @@ def _task(tmp_path, yaml_text: str):
 
 @pytest.mark.parametrize("chat", [pytest.param(False, marks=pytest.mark.slow), True], ids=["plain", "chat"])
 @pytest.mark.parametrize(
-    "yaml_text, template",
-    [(TASK, "Question: {q}\nAnswer:"), pytest.param(SPACED, "Q: {q} A: ", marks=pytest.mark.slow)],
-    ids=["task", "trailing-space"],
+    "yaml_text, template", [(TASK, "Question: {q}\nAnswer:"), pytest.param(SPACED, "Q: {q} A: ", marks=pytest.mark.slow)], ids=["task", "trailing-space"]
 )
 def test_option_logprobs_equal_lm_evals_loglikelihoods(model, tmp_path, monkeypatch, chat, yaml_text, template):
     if not hasattr(model, "model"):
@@ -95,10 +93,7 @@ def test_option_logprobs_equal_lm_evals_loglikelihoods(model, tmp_path, monkeypa
     items = load_lm_eval_task(_task(tmp_path, yaml_text), chat=chat)
     rows = measure(model, items, ["original"], max_new_tokens=1)
     for doc, row in zip(DOCS, rows):
-        want = [
-            harness_loglikelihood(model, *harness_encode_pair(model.tokenizer, c, o))
-            for c, o in harness_requests(model, doc, chat=chat, text_template=template)
-        ]
+        want = [harness_loglikelihood(model, *harness_encode_pair(model.tokenizer, c, o)) for c, o in harness_requests(model, doc, chat=chat, text_template=template)]
         assert row["option_logprobs"] == pytest.approx(want, abs=LOGPROB_ATOL)
         assert row["argmax_id"] is not None
     if chat and yaml_text is TASK:
@@ -124,11 +119,7 @@ def test_the_restatement_is_lm_evals_own(model):
             return self.tokenizer.eos_token_id
 
         def tok_encode(self, string, add_special_tokens=None, **kwargs):
-            return (
-                self.tokenizer.encode(string)
-                if add_special_tokens is None
-                else self.tokenizer.encode(string, add_special_tokens=add_special_tokens)
-            )
+            return self.tokenizer.encode(string) if add_special_tokens is None else self.tokenizer.encode(string, add_special_tokens=add_special_tokens)
 
         def _loglikelihood_tokens(self, requests, **kwargs):
             raise NotImplementedError
@@ -145,12 +136,10 @@ def test_the_restatement_is_lm_evals_own(model):
             for doc in DOCS:
                 msgs = [Message("user", template.format(**doc), "")]
                 if chat:
-                    context = model.tokenizer.apply_chat_template(
-                        multiturn_to_singleturn(msgs), tokenize=False, add_generation_prompt=True
-                    )
+                    context = model.tokenizer.apply_chat_template(multiturn_to_singleturn(msgs), tokenize=False, add_generation_prompt=True)
                 else:
                     context = "".join(m.to_text() for m in msgs)
-                for c, o in harness_requests(model, doc, chat=chat, text_template=template):
+                for (c, o) in harness_requests(model, doc, chat=chat, text_template=template):
                     assert c == context
                     assert harness_encode_pair(model.tokenizer, c, o) == lm._encode_pair(c, o)
 
@@ -214,17 +203,8 @@ def polygraph_p_true(model, question: str, answer: str, *, instruct: bool) -> fl
     assert len(expected) == 1
     keep = _Scores()
     model.model.generate(
-        **batch,
-        output_scores=True,
-        return_dict_in_generate=True,
-        min_new_tokens=1,
-        max_new_tokens=1,
-        num_beams=1,
-        do_sample=False,
-        temperature=1.0,
-        top_k=50,
-        top_p=1.0,
-        repetition_penalty=1.0,
+        **batch, output_scores=True, return_dict_in_generate=True, min_new_tokens=1, max_new_tokens=1, num_beams=1,
+        do_sample=False, temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.0,
         logits_processor=LogitsProcessorList([_Sanitise(), keep]),
     )
     return float(keep.scores[-1][0, expected[0]])

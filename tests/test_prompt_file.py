@@ -32,13 +32,7 @@ user: |
   {{"flagged": true|false, "corrected": true|false, "derailed": true|false, "aware": true|false, "confidence": 0.0-1.0, "rationale": "one sentence"}}
 """
 
-CASE = Case(
-    question="what is the capital of France?",
-    trigger="the",
-    substitute="canoe",
-    reply="Canoe capital is Paris.",
-    answers=("Paris",),
-)
+CASE = Case(question="what is the capital of France?", trigger="the", substitute="canoe", reply="Canoe capital is Paris.", answers=("Paris",))
 
 
 @pytest.fixture
@@ -64,9 +58,7 @@ def test_the_template_renders_with_the_study_placeholders(prompt_file):
     assert parse_prompt_file(TEMPLATE.replace("Decide", "Judge"), prompt_file).variant != pf.variant
     # the answers placeholder is optional; without a system key only the user turn is sent
     only_user = parse_prompt_file("user: 'Q {query} A {answers} R {reaction}'", prompt_file)
-    assert only_user.render(CASE) == [
-        {"role": "user", "content": "Q what is the capital of France? A Paris R Canoe capital is Paris."}
-    ]
+    assert only_user.render(CASE) == [{"role": "user", "content": "Q what is the capital of France? A Paris R Canoe capital is Paris."}]
 
 
 @pytest.mark.parametrize(
@@ -98,10 +90,7 @@ def test_a_bad_template_is_one_line(tmp_path, text, match):
     ("reply", "expected"),
     [
         # a missing (or null) label is false, as the study reads it
-        (
-            '{"flagged": true, "aware": true, "confidence": 0.9, "rationale": " says canoe is odd "}',
-            (True, False, False, True, "says canoe is odd"),
-        ),
+        ('{"flagged": true, "aware": true, "confidence": 0.9, "rationale": " says canoe is odd "}', (True, False, False, True, "says canoe is odd")),
         ('Sure.\n```json\n{"flagged": null, "corrected": true}\n```', (False, True, False, False, "")),
         ("{}", (False, False, False, False, "")),
         # values are read strictly: "false" is false (the study's bool("false") would be true)
@@ -155,16 +144,12 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
 
     def reply(body):  # the study's fields, some labels left out; one substitute's trials answered in prose
         if f'swapped for "{odd}"' in body["messages"][1]["content"]:
-            return (
-                "It reads fine to me." if body["messages"][-1]["role"] == "user" and len(body["messages"]) == 2 else "Still fine."
-            )
+            return "It reads fine to me." if body["messages"][-1]["role"] == "user" and len(body["messages"]) == 2 else "Still fine."
         return json.dumps({"flagged": True, "aware": True, "confidence": 0.75, "rationale": "it names the swap"})
 
     flags = [] if conventions == "study" else ["--conventions", "sleight"]  # the run was made under the study's
     with scripted({"study": reply}) as srv:
-        proc = sleight(
-            "tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file), *flags
-        )
+        proc = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file), *flags)
         asked = srv.requests["study"]
     variant = load_prompt_file(prompt_file).variant
     assert f"(prompt '{variant}', {conventions} conventions)" in proc.stdout
@@ -197,19 +182,7 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
     meta = json.loads((run / jury_store.JURY_META).read_text())
     assert meta["prompt_variant"] == variant and meta["prompt_file"] == str(prompt_file) and meta["conventions"] == conventions
     # the shipped prompts and a prompt file are separate flags
-    clash = sleight(
-        "tamper",
-        "judge",
-        "--run",
-        str(run),
-        "--jury",
-        "x",
-        "--prompt",
-        "no-answers",
-        "--prompt-file",
-        str(prompt_file),
-        check=False,
-    )
+    clash = sleight("tamper", "judge", "--run", str(run), "--jury", "x", "--prompt", "no-answers", "--prompt-file", str(prompt_file), check=False)
     assert clash.returncode == 2 and "not allowed with argument" in clash.stderr
 
 

@@ -29,12 +29,7 @@ def _rand(*shape: int, seed: int) -> torch.Tensor:
 
 def _reference(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
     """Each row alone: one SDPA call over its whole (prefix + own) columns."""
-    return torch.cat(
-        [
-            F.scaled_dot_product_attention(q[i : i + 1], k[None], v[None], enable_gqa=True)
-            for i, (k, v) in enumerate(zip(keys, values))
-        ]
-    )
+    return torch.cat([F.scaled_dot_product_attention(q[i : i + 1], k[None], v[None], enable_gqa=True) for i, (k, v) in enumerate(zip(keys, values))])
 
 
 def test_fill_order_moves_only_rows_that_fill_holes():
@@ -46,12 +41,10 @@ def test_fill_order_moves_only_rows_that_fill_holes():
 
 def test_ragged_attention_equals_each_row_alone():
     """A prefix segment (rows of different lengths, one after a retraction), a plain one, and a
-    second segment of the same prefix after it:
-    every row's output is its own attention over its live columns, to float32 rounding."""
+    second segment of the same prefix after it: every row's output is its own attention over its
+    live columns, to float32 rounding."""
     cache = RaggedCache(LAYERS)
-    prefix = Prefix(
-        [_rand(1, KV, 5, D, seed=10 + i) for i in range(LAYERS)], [_rand(1, KV, 5, D, seed=20 + i) for i in range(LAYERS)]
-    )
+    prefix = Prefix([_rand(1, KV, 5, D, seed=10 + i) for i in range(LAYERS)], [_rand(1, KV, 5, D, seed=20 + i) for i in range(LAYERS)])
     own = [_rand(3, KV, 4, D, seed=30 + i) for i in range(LAYERS)]
     ownv = [_rand(3, KV, 4, D, seed=40 + i) for i in range(LAYERS)]
     cache.add(prefix, [4, 2, 3], own[0], own, ownv)
@@ -130,9 +123,7 @@ def test_fresh_memory_is_never_read_as_a_masked_column(reserve):
         for i in range(rows):
             keys[i].append(new_k[i])
             values[i].append(new_v[i])
-        torch.testing.assert_close(
-            out.transpose(1, 2), _reference(q, [torch.cat(k, -2) for k in keys], [torch.cat(v, -2) for v in values])
-        )
+        torch.testing.assert_close(out.transpose(1, 2), _reference(q, [torch.cat(k, -2) for k in keys], [torch.cat(v, -2) for v in values]))
         cache.end_step()
     assert cache.positions() == [4 + 73, 4 + 71, 4 + 62]
 
@@ -143,9 +134,7 @@ def test_merge_is_softmax_over_the_union():
     parts = []
     for sl in (slice(0, 4), slice(4, 9)):
         s = torch.matmul(q.reshape(1, KV, H // KV, D), k[:, :, sl].transpose(-1, -2)) * D**-0.5
-        parts.append(
-            (torch.matmul(torch.softmax(s, -1), v[:, :, sl]).reshape(1, H, 1, D), torch.logsumexp(s, -1).reshape(1, H, 1))
-        )
+        parts.append((torch.matmul(torch.softmax(s, -1), v[:, :, sl]).reshape(1, H, 1, D), torch.logsumexp(s, -1).reshape(1, H, 1)))
     torch.testing.assert_close(merge_attention(*parts), whole)
 
 
@@ -216,9 +205,7 @@ def test_pieces_and_retractions_decode_as_alone(model, monkeypatch):
         step(self)
         if self.cache is not None:
             st = self.state
-            assert self.cache.positions() == [
-                len(short if st.rows[r].group == 0 else long) + len(st.rows[r].out) for r in st.alive
-            ]
+            assert self.cache.positions() == [len(short if st.rows[r].group == 0 else long) + len(st.rows[r].out) for r in st.alive]
 
     monkeypatch.setattr(RaggedCache, "add", add_and_note)
     monkeypatch.setattr(GreedyStream, "_step_ragged", step_and_check)

@@ -18,27 +18,10 @@ pytestmark = pytest.mark.slow  # audit runs with a crash and resume, the CLI
 
 VARIANTS = ("original", "stem", "deleted_choices")
 PUBLIC = [
-    "item_id",
-    "variant",
-    "context_tail",
-    "ends_with_whitespace",
-    "boundary_preserved",
-    "option_mass",
-    "option_mass_isolated",
-    "option_mass_divergent",
-    "first_token_ids",
-    "first_tokens_distinct",
-    "argmax_id",
-    "argmax_token",
-    "argmax_prob",
-    "argmax_class",
-    "top_tokens",
-    "option_logprobs",
-    "score",
-    "continuation",
-    "continuation_class",
-    "answer_then_grid",
-    "grid_anywhere",
+    "item_id", "variant", "context_tail", "ends_with_whitespace", "boundary_preserved", "option_mass",
+    "option_mass_isolated", "option_mass_divergent", "first_token_ids", "first_tokens_distinct", "argmax_id",
+    "argmax_token", "argmax_prob", "argmax_class", "top_tokens", "option_logprobs", "score", "continuation",
+    "continuation_class", "answer_then_grid", "grid_anywhere",
 ]
 
 
@@ -110,15 +93,7 @@ def test_summary_and_report(audit_dir):
     out, result = audit_dir
     summary = json.loads((out / "summary.json").read_text())
     s = summary["variants"]["original"]
-    for key in (
-        "mass_median",
-        "mass_min",
-        "mass_below_floor",
-        "answer_letter_rate",
-        "option_argmax_rate",
-        "distinct_rate",
-        "continuation_classes",
-    ):
+    for key in ("mass_median", "mass_min", "mass_below_floor", "answer_letter_rate", "option_argmax_rate", "distinct_rate", "continuation_classes"):
         assert key in s, key
     df = pd.read_parquet(out / "readings.parquet")
     orig = df[df["variant"] == "original"]
@@ -129,15 +104,7 @@ def test_summary_and_report(audit_dir):
     assert [c["number"] for c in summary["checks"]] == [1, 2, 3, 4, 5, 6]
     assert all(c["verdict"] in ("pass", "warn", "fail", "skipped") for c in summary["checks"])
     md = (out / "report.md").read_text()
-    for needle in (
-        "## 1. Option mass",
-        "## 6. Answer stem",
-        "Worked example",
-        "Top next tokens",
-        "Options' mass",
-        "Unrestricted continuation",
-        "## Variants",
-    ):
+    for needle in ("## 1. Option mass", "## 6. Answer stem", "Worked example", "Top next tokens", "Options' mass", "Unrestricted continuation", "## Variants"):
         assert needle in md, needle
     html = (out / "report.html").read_text()
     assert html.startswith("<!doctype html>") and html.count("<section>") >= 7
@@ -167,9 +134,7 @@ def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
     from sleight.readout.ptrue.readouts import READOUT_NAMES
 
     items = preset_items("ptrue", limit=1)
-    result = run_audit(
-        model, items, tmp_path, AuditConfig(preset="ptrue", variants=("original",), max_new_tokens=4), show_progress=False
-    )
+    result = run_audit(model, items, tmp_path, AuditConfig(preset="ptrue", variants=("original",), max_new_tokens=4), show_progress=False)
     rows = pq.read_table(tmp_path / "ptrue.parquet").to_pylist()
     assert [r["readout"] for r in rows] == list(READOUT_NAMES) * 2
     from sleight.readout.ptrue.answers import DEFAULT_ITEMS
@@ -189,23 +154,7 @@ def test_ptrue_preset_records_what_readout_ptrue_records(model, tmp_path):
 
 def test_cli_audit_end_to_end(tmp_path, capsys):
     out = tmp_path / "cli"
-    code = main(
-        [
-            "readout",
-            "audit",
-            "--preset",
-            "forecast",
-            "--limit",
-            "1",
-            "--variants",
-            "original,stem",
-            "--max-new-tokens",
-            "4",
-            "--out",
-            str(out),
-            "--no-progress",
-        ]
-    )
+    code = main(["readout", "audit", "--preset", "forecast", "--limit", "1", "--variants", "original,stem", "--max-new-tokens", "4", "--out", str(out), "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "median option mass: original" in printed and "report_html" in printed

@@ -22,29 +22,11 @@ def readings(n: int, seed: int = 0) -> pd.DataFrame:
         for k in range(n):
             rows.append(
                 {
-                    "item_id": f"i{k}",
-                    "variant": v,
-                    "skipped": False,
-                    "skip_reason": None,
-                    "score": float(s[k]),
-                    "target": y[k],
-                    "option_mass": 0.9,
-                    "option_mass_isolated": 0.9,
-                    "option_mass_divergent": 0.9,
-                    "boundary_preserved": True,
-                    "argmax_class": "option",
-                    "first_tokens_distinct": True,
-                    "continuation_on_task": True,
-                    "continuation_class": "forecast",
-                    "answer_then_grid": False,
-                    "grid_anywhere": True,
-                    "ends_with_whitespace": True,
-                    "options": ["10", "90"],
-                    "option_first_probs": [0.5, 0.4],
-                    "first_token_ids": [1, 2],
-                    "top_tokens": [],
-                    "context_tail": "x",
-                    "argmax_token": "1",
+                    "item_id": f"i{k}", "variant": v, "skipped": False, "skip_reason": None, "score": float(s[k]), "target": y[k],
+                    "option_mass": 0.9, "option_mass_isolated": 0.9, "option_mass_divergent": 0.9, "boundary_preserved": True,
+                    "argmax_class": "option", "first_tokens_distinct": True, "continuation_on_task": True, "continuation_class": "forecast",
+                    "answer_then_grid": False, "grid_anywhere": True, "ends_with_whitespace": True, "options": ["10", "90"],
+                    "option_first_probs": [0.5, 0.4], "first_token_ids": [1, 2], "top_tokens": [], "context_tail": "x", "argmax_token": "1",
                     "continuation": "10",
                 }
             )
@@ -75,14 +57,6 @@ def test_the_change_carries_its_paired_bootstrap_interval():
 
 def test_header_names_the_stem_never_none():
     assert stem_text({"stem": "So "}, AuditSummary()) == "answer stem 'So '"
-    assert (
-        stem_text({"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=3)}))
-        == "answer stems per item"
-    )
-    assert stem_text(
-        {"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=0)})
-    ).startswith("no answer stem (")
-    assert (
-        stem_text({"stem": None, "variants": ["original"]}, AuditSummary(variants={"original": VariantSummary()}))
-        == "no answer stem"
-    )
+    assert stem_text({"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=3)})) == "answer stems per item"
+    assert stem_text({"stem": None, "variants": ["original", "stem"]}, AuditSummary(variants={"stem": VariantSummary(n_measured=0)})).startswith("no answer stem (")
+    assert stem_text({"stem": None, "variants": ["original"]}, AuditSummary(variants={"original": VariantSummary()})) == "no answer stem"

@@ -91,9 +91,7 @@ def test_race_provenance_file_sha_and_pinned_revision(tmp_path):
     table = pq.read_table(RACE)
     with pa.OSFile(str(cache / "race-test.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    (cache / "dataset_info.json").write_text(
-        json.dumps({"download_checksums": {f"hf://datasets/ehovy/race@{SHA}/high/test-00000-of-00001.parquet": {}}})
-    )
+    (cache / "dataset_info.json").write_text(json.dumps({"download_checksums": {f"hf://datasets/ehovy/race@{SHA}/high/test-00000-of-00001.parquet": {}}}))
     for split in ("validation", "train"):
         t = pq.read_table(RACE.with_name(RACE.name.replace("test", split)))
         with pa.OSFile(str(cache / f"race-{split}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, t.schema) as writer:
@@ -148,13 +146,7 @@ def test_mmlu_simple_instruct_prompt_is_lm_polygraphs():
     for the first subject, [0, 2, 4, 3, 1] for the second from the same state."""
     ds = load_data(f"mmlu:{MMLU}")
     assert ds.records[0]["input"] == MMLU_FIRST
-    assert [r["id"] for r in ds.records] == [
-        "mmlu-astronomy-0",
-        "mmlu-astronomy-2",
-        "mmlu-astronomy-4",
-        "mmlu-college_biology-1",
-        "mmlu-college_biology-3",
-    ]
+    assert [r["id"] for r in ds.records] == ["mmlu-astronomy-0", "mmlu-astronomy-2", "mmlu-astronomy-4", "mmlu-college_biology-1", "mmlu-college_biology-3"]
     assert [r["answer"] for r in ds.records] == ["C", "A", "B", "B", "D"]  # output = the gold letter (91)
     bio = ds.records[3]["input"]
     assert bio.startswith("Given the following question about college biology and four")  # "_" -> " " (31-33)
@@ -235,13 +227,7 @@ def test_polygraph_subsample_size_and_seed():
     assert ids(f"triviaqa:{TQA}:subsample=10") == ["tc_1", "tc_2", "tc_3", "tc_4"]
     assert ids(f"triviaqa:{TQA}") == ["tc_1", "tc_2", "tc_3", "tc_4"]
     assert load_data(f"mmlu:{MMLU}:subsample=2").provenance["rule"] == {
-        "library": "lm-polygraph 0.7.0",
-        "variant": "simple_instruct",
-        "n_shot": 5,
-        "fewshot_seed": 1,
-        "max_subject_size": 100,
-        "subsample": 2,
-        "seed": 1,
+        "library": "lm-polygraph 0.7.0", "variant": "simple_instruct", "n_shot": 5, "fewshot_seed": 1, "max_subject_size": 100, "subsample": 2, "seed": 1,
     }
 
 
@@ -259,9 +245,7 @@ def test_mmlu_pro_keeps_up_to_ten_options():
     assert [len(r["choices"]) for r in ds.records] == [10, 9, 4]
     assert [r["answer"] for r in ds.records] == ["D", "B", "C"]
     second = ds.records[1]["input"]
-    assert second.startswith(
-        "Given the following question about math and nine candidate answers (A, B, C, D, E, F, G, H, and I), choose"
-    )
+    assert second.startswith("Given the following question about math and nine candidate answers (A, B, C, D, E, F, G, H, and I), choose")
     assert second.endswith("\nH. 11\nI. 12\nAnswer:")
     items = items_from_records((r, f"row {k}") for k, r in enumerate(ds.view("mcq")))
     assert items[0].options == tuple("ABCDEFGHIJ") and items[2].options == ("A", "B", "C", "D")
@@ -273,21 +257,13 @@ def test_summeval_one_record_per_summary_with_expert_grades():
     experts' mean grades on the four dimensions; human_score is the chosen dimension's."""
     rows = pq.read_table(SUMMEVAL).to_pylist()
     ds = load_data(f"summeval:{SUMMEVAL}")
-    assert [r["id"] for r in ds.records] == [
-        "dm-test-0001:0",
-        "dm-test-0001:1",
-        "dm-test-0001:2",
-        "dm-test-0002:0",
-        "dm-test-0002:1",
-    ]
+    assert [r["id"] for r in ds.records] == ["dm-test-0001:0", "dm-test-0001:1", "dm-test-0001:2", "dm-test-0002:0", "dm-test-0002:1"]
     flat = [(row, j) for row in rows for j in range(len(row["machine_summaries"]))]
     for rec, (row, j) in zip(ds.records, flat):
         assert rec["summary"] == row["machine_summaries"][j] and rec["source"] == row["text"]
         assert all(rec[d] == row[d][j] for d in ("coherence", "consistency", "fluency", "relevance"))
         assert rec["human_score"] == row["consistency"][j]
-    assert [r["human_score"] for r in load_data(f"summeval:{SUMMEVAL}:dim=coherence").records] == [
-        row["coherence"][j] for row, j in flat
-    ]
+    assert [r["human_score"] for r in load_data(f"summeval:{SUMMEVAL}:dim=coherence").records] == [row["coherence"][j] for row, j in flat]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -344,9 +320,7 @@ def test_forecast_ptrue_and_estimators_take_data_specs():
     assert qa[0].lettered and qa[0].prompt == MMLU_FIRST and qa[0].gold_letter == "C"
     assert qa[0].instruction == MMLU_FIRST.split("\n\n")[0]  # what the paper's Deleted readout removes
     _, tq = qa_items(f"triviaqa:{TQA}", limit=2)
-    assert [it.prompt for it in tq] == [r["question"] for r in load_data(f"triviaqa:{TQA}").records[:2]] and tq[0].aliases[
-        0
-    ] == "Seine"
+    assert [it.prompt for it in tq] == [r["question"] for r in load_data(f"triviaqa:{TQA}").records[:2]] and tq[0].aliases[0] == "Seine"
     assert [it.id for it in load_questions(None, f"triviaqa:{TQA}", limit=1)] == ["tc_1"]
     assert tq[0].instruction == "Answer the following question as briefly as possible."
     assert [it.id for it in race_items(f"race-h:{RACE}")[1]] == ids(f"race-h:{RACE}")
@@ -368,15 +342,11 @@ def test_audit_presets_take_data_specs_and_ptrue_takes_lettered_records(tmp_path
     assert [i.id for i in items] == ids(f"race-h:{RACE}:n=2") and REVISION not in config.source and "sha256" in config.source
     items, _, _ = load_audit(preset="ptrue", data=f"mmlu:{MMLU}", limit=1)
     assert [i.id for i in items] == ["mmlu-astronomy-0:true", "mmlu-astronomy-0:false"]
-    assert (
-        items[0].meta["question_text"] == MMLU_FIRST and items[0].meta["answer"] == "C" and items[1].meta["answer"] == "A"
-    )  # App. E: bare letters
+    assert items[0].meta["question_text"] == MMLU_FIRST and items[0].meta["answer"] == "C" and items[1].meta["answer"] == "A"  # App. E: bare letters
     items, _, _ = load_audit(preset="ptrue", data=f"triviaqa:{TQA}", limit=1)
     assert items[0].meta["answer"] == "Seine" and items[1].meta["answer"] == "William Shakespeare"
     items, _, _ = load_audit(preset="grade", data=f"summeval:{SUMMEVAL}")
-    assert [i.target for i in items] == [
-        r["consistency"][j] for r in pq.read_table(SUMMEVAL).to_pylist() for j in range(len(r["machine_summaries"]))
-    ]
+    assert [i.target for i in items] == [r["consistency"][j] for r in pq.read_table(SUMMEVAL).to_pylist() for j in range(len(r["machine_summaries"]))]
     items, config, name = load_audit(data=f"mmlu-pro:{MMLU_PRO}")
     assert name == "mmlu-pro" and items[1].options == tuple("ABCDEFGHI") and items[1].quoted_instruction in items[1].prompt_text
     with pytest.raises(UserError, match="mmlu data has no records for forecast"):
@@ -404,9 +374,6 @@ def test_commands_parse_data_and_fail_in_one_line_before_a_model(capsys):
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        assert (
-            err
-            == "sleight: error: data file not found: /nowhere/test.parquet (pass ehovy/race's high/test-00000-of-00001.parquet in the hub's own columns)"
-        )
+        assert err == "sleight: error: data file not found: /nowhere/test.parquet (pass ehovy/race's high/test-00000-of-00001.parquet in the hub's own columns)"
     assert main(["readout", "audit", "--data", "hf:race"]) == 2
     assert "without --preset" in capsys.readouterr().err

@@ -37,27 +37,12 @@ def write(tmp_path, name, text):
     return p
 
 
-GOOD = {
-    "id": "a",
-    "prompt": "Q? A. x\nB. y\nAnswer A or B.",
-    "quoted_instruction": "Answer A or B.",
-    "choices_block": "A. x\nB. y",
-}
+GOOD = {"id": "a", "prompt": "Q? A. x\nB. y\nAnswer A or B.", "quoted_instruction": "Answer A or B.", "choices_block": "A. x\nB. y"}
 
 
 # -- loading and validation -------------------------------------------------------------------------
 def test_jsonl_items_load_with_prompt_or_messages(tmp_path):
-    lines = [
-        json.dumps(GOOD),
-        json.dumps(
-            {
-                "id": 7,
-                "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-                "options": ["x", "y"],
-                "target": True,
-            }
-        ),
-    ]
+    lines = [json.dumps(GOOD), json.dumps({"id": 7, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "options": ["x", "y"], "target": True})]
     items = load_items(write(tmp_path, "i.jsonl", "\n".join(lines) + "\n\n"))
     assert [i.id for i in items] == ["a", "7"]
     assert items[0].messages == ({"role": "user", "content": GOOD["prompt"]},)
@@ -77,7 +62,7 @@ def test_jsonl_items_load_with_prompt_or_messages(tmp_path):
         ('{"id": "b", "prompt": "x", "options": []}', "non-empty list"),
         ('{"id": "b", "prompt": "x", "quoted_instruction": "nope"}', "'quoted_instruction' does not occur"),
         ('{"id": "b", "messages": [{"role": "user"}]}', "messages[0] must have string 'role' and 'content'"),
-        ("[1, 2]", "expected a JSON object"),
+        ('[1, 2]', "expected a JSON object"),
         ('{"id": "b", "prompt": "x", "target": "yes"}', "'target' must be a number"),
     ],
 )
@@ -107,13 +92,7 @@ def test_csv_items(tmp_path):
     path = tmp_path / "i.csv"
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerows(
-            [
-                ["id", "prompt", "options", "target"],
-                ["q1", "Is it? Say yes", "yes", "1"],
-                ["q2", "Other", json.dumps([" A", " B"]), "0"],
-            ]
-        )
+        w.writerows([["id", "prompt", "options", "target"], ["q1", "Is it? Say yes", "yes", "1"], ["q2", "Other", json.dumps([" A", " B"]), "0"]])
     items = load_items(path)
     assert items[0].options == ("yes",) and items[0].target == 1.0
     assert items[1].options == (" A", " B")
@@ -136,25 +115,8 @@ def test_cli_rejects_malformed_line_before_loading_a_model(tmp_path):
     start = time.time()
     # --model names a model that does not exist: if the model were loaded first, that error would win.
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sleight.cli.main",
-            "readout",
-            "audit",
-            "--items",
-            str(path),
-            "--options",
-            "A,B",
-            "--model",
-            "no-such-model",
-            "--out",
-            str(tmp_path / "o"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+        [sys.executable, "-m", "sleight.cli.main", "readout", "audit", "--items", str(path), "--options", "A,B", "--model", "no-such-model", "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -180,9 +142,7 @@ def test_forecast_prompt_is_the_studys():
     assert text.index(FORECAST_LEAD) < text.index(items[0].quoted) < text.index(FORECAST_QUESTION)
     assert items[0].target == 1.0 and items[1].target == 0.0
     assert "The correct answer" not in items[1].messages[0]["content"]
-    assert (
-        FORECAST_QUESTION == "Out of 100 such readers, how many answer correctly? Reply with exactly one of: 10, 30, 50, 70, 90."
-    )
+    assert FORECAST_QUESTION == "Out of 100 such readers, how many answer correctly? Reply with exactly one of: 10, 30, 50, 70, 90."
     mixed = preset_items("forecast", limit=4)
     assert [i.target for i in mixed] == [1.0, 0.0, 1.0, 0.0]
 
@@ -194,14 +154,8 @@ def test_sentence_split_keeps_abbreviations():
 
 
 def test_ptrue_prompt_matches_lm_polygraph():
-    assert (
-        PTRUE_TEMPLATE
-        == "Question: {q}\n Possible answer:{a}\n Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
-    )
-    assert (
-        ptrue_prompt("Q?", "Berlin")
-        == "Question: Q?\n Possible answer:Berlin\n Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
-    )
+    assert PTRUE_TEMPLATE == "Question: {q}\n Possible answer:{a}\n Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
+    assert ptrue_prompt("Q?", "Berlin") == "Question: Q?\n Possible answer:Berlin\n Is the possible answer:\n (A) True\n (B) False\n The possible answer is:"
     assert ptrue_deleted_prompt("Q?", "Berlin") == "Question: Q?\n Possible answer:Berlin\n"
     items = preset_items("ptrue", limit=2)
     assert [i.target for i in items] == [1.0, 0.0, 1.0, 0.0]
@@ -234,9 +188,7 @@ def test_library_convention_from_log_probs():
 def test_variants_edit_the_quoted_item():
     item = preset_items("forecast", limit=1)[0]
     text = item.messages[0]["content"]
-    assert len(VARIANTS) == 12 and [v for v in VARIANTS if v.startswith("substituted:")] == [
-        f"substituted:{k}" for k in SUBSTITUTES
-    ]
+    assert len(VARIANTS) == 12 and [v for v in VARIANTS if v.startswith("substituted:")] == [f"substituted:{k}" for k in SUBSTITUTES]
     d = make_variant(item, "deleted_instruction").messages[0]["content"]
     assert FORECAST_ITEM_INSTRUCTION not in d and "\n\n\n" not in d and FORECAST_QUESTION in d
     c = make_variant(item, "deleted_choices").messages[0]["content"]
@@ -275,12 +227,7 @@ def test_argmax_classes_and_precedence():
 
 
 GRID = ("10", "30", "50", "70", "90")
-CHOICES = (
-    "To stop students walking through",
-    "To protect the remaining plants from rabbits",
-    "To hold up tomatoes",
-    "To mark pumpkins",
-)
+CHOICES = ("To stop students walking through", "To protect the remaining plants from rabbits", "To hold up tomatoes", "To mark pumpkins")
 
 
 @pytest.mark.parametrize(
@@ -317,25 +264,14 @@ def test_on_task_and_text_options():
 
 # -- real-data loaders -------------------------------------------------------------------------------
 def test_lm_eval_task_yaml_with_local_data(tmp_path):
-    write(
-        tmp_path,
-        "docs.jsonl",
-        "\n".join(
-            json.dumps(d)
-            for d in [
-                {"q": "2+2?", "opts": ["3", "4"], "label": 1},
-                {"q": "Sky?", "opts": ["blue", "red"], "label": 0},
-            ]
-        ),
-    )
-    yml = write(
-        tmp_path,
-        "task.yaml",
-        (
-            "task: toy\ndataset_path: json\ndataset_kwargs:\n  data_files: {test: docs.jsonl}\ntest_split: test\n"
-            'output_type: multiple_choice\ndoc_to_text: "Question: {{q}}\\nAnswer:"\ndoc_to_choice: opts\ndoc_to_target: label\n'
-        ),
-    )
+    write(tmp_path, "docs.jsonl", "\n".join(json.dumps(d) for d in [
+        {"q": "2+2?", "opts": ["3", "4"], "label": 1},
+        {"q": "Sky?", "opts": ["blue", "red"], "label": 0},
+    ]))
+    yml = write(tmp_path, "task.yaml", (
+        "task: toy\ndataset_path: json\ndataset_kwargs:\n  data_files: {test: docs.jsonl}\ntest_split: test\n"
+        "output_type: multiple_choice\ndoc_to_text: \"Question: {{q}}\\nAnswer:\"\ndoc_to_choice: opts\ndoc_to_target: label\n"
+    ))
     items = load_lm_eval_task(yml)
     assert items[0].messages[0]["content"] == "Question: 2+2?\nAnswer:"
     assert items[0].options == (" 3", " 4") and items[0].meta["gold"] == 1
@@ -349,18 +285,11 @@ def test_lm_eval_task_yaml_with_local_data(tmp_path):
 
 
 def test_hf_converters_and_missing_datasets_package():
-    race = race_records(
-        [{"example_id": "h1.txt", "article": "P.", "question": "Q?", "options": ["a", "b", "c", "d"], "answer": "C"}]
-    )
+    race = race_records([{"example_id": "h1.txt", "article": "P.", "question": "Q?", "options": ["a", "b", "c", "d"], "answer": "C"}])
     assert race[0]["choices"] == ["a", "b", "c", "d"] and race[0]["answer"] == "C"
     mm = mmlu_records([{"subject": "x", "question": "Q?", "choices": ["a", "b", "c", "d"], "answer": 2}])
     assert mm[0]["answer"] == "C" and mm[0]["passage"] == ""
-    tq = triviaqa_records(
-        [
-            {"question_id": "t1", "question": "Q1?", "answer": {"value": "A1", "aliases": ["a1"]}},
-            {"question_id": "t2", "question": "Q2?", "answer": {"value": "A2", "aliases": []}},
-        ]
-    )
+    tq = triviaqa_records([{"question_id": "t1", "question": "Q1?", "answer": {"value": "A1", "aliases": ["a1"]}}, {"question_id": "t2", "question": "Q2?", "answer": {"value": "A2", "aliases": []}}])
     assert tq[0]["answers"] == ["A1", "a1"] and tq[0]["wrong"] == "A2"
     try:
         import datasets  # noqa: F401

@@ -41,9 +41,7 @@ PEOPLE = {
 
 
 def _rows(people=PEOPLE):
-    return [
-        {"item_id": k[0], "variant": k[1], "labeller": who, "class": c} for who, mine in people.items() for k, c in mine.items()
-    ]
+    return [{"item_id": k[0], "variant": k[1], "labeller": who, "class": c} for who, mine in people.items() for k, c in mine.items()]
 
 
 def test_labels_are_stored_keyed_newest_wins_and_several_labellers(tmp_path):
@@ -59,10 +57,7 @@ def test_labels_are_stored_keyed_newest_wins_and_several_labellers(tmp_path):
 
     for bad, why in (
         ({"item_id": "i9", "variant": ORIG, "labeller": "A", "class": "item"}, "not a continuation of this audit"),
-        (
-            {"item_id": "i1", "variant": DEL, "labeller": "A", "class": "instruction"},
-            "not offered",
-        ),  # deletions: no 'instruction'
+        ({"item_id": "i1", "variant": DEL, "labeller": "A", "class": "instruction"}, "not offered"),  # deletions: no 'instruction'
         ({"item_id": "i1", "variant": DEL, "labeller": "", "class": "item"}, "1 to 64 printable"),
         ({"item_id": "i1", "variant": DEL, "labeller": "A\nB", "class": "item"}, "1 to 64 printable"),
     ):
@@ -97,12 +92,7 @@ def test_the_sample_is_stratified_by_variant_group_and_jury_class_and_seeded():
     one_each = labels.draw_labels_sample(targets, verdicts, 4, 3)
     assert sorted(one_each["stratum"]) == ["deleted jury=none", "other", "substituted jury=instruction", "substituted jury=item"]
     seven = labels.draw_labels_sample(targets, verdicts, 7, 3)  # one each, then by largest remainder: 7·4/10, 7·3/10, ...
-    assert seven["stratum"].value_counts().to_dict() == {
-        "substituted jury=instruction": 3,
-        "deleted jury=none": 2,
-        "substituted jury=item": 1,
-        "other": 1,
-    }
+    assert seven["stratum"].value_counts().to_dict() == {"substituted jury=instruction": 3, "deleted jury=none": 2, "substituted jury=item": 1, "other": 1}
     assert seven.equals(labels.draw_labels_sample(targets, verdicts, 7, 3))  # the seed fixes the sample
     assert set(labels.draw_labels_sample(targets, None, 3, 0)["stratum"]) == {"substituted", "deleted", "other"}  # not judged
     with pytest.raises(UserError, match="at least 1"):
@@ -128,15 +118,8 @@ def test_kappa_table_on_hand_made_labels():
             for k, c in zip(keys, ["item", None, "other", "other", "item"])
         ]
     )
-    verdicts = pd.DataFrame(
-        [{"item_id": k[0], "variant": k[1], "jury_class": c} for k, c in zip(keys, ["item", None, None, "other", "item"])]
-    )
-    rules = pd.DataFrame(
-        [
-            {"item_id": k[0], "variant": k[1], "rule_mapped": c}
-            for k, c in zip(keys, ["item", "other", "other", "forecast", "forecast"])
-        ]
-    )
+    verdicts = pd.DataFrame([{"item_id": k[0], "variant": k[1], "jury_class": c} for k, c in zip(keys, ["item", None, None, "other", "item"])])
+    rules = pd.DataFrame([{"item_id": k[0], "variant": k[1], "rule_mapped": c} for k, c in zip(keys, ["item", "other", "other", "forecast", "forecast"])])
     t = labels.agreement_table(lab, votes=votes, verdicts=verdicts, jury=["J1", "J2"], rules=rules)
 
     def kappa(variants, rater, n, want):
@@ -158,9 +141,7 @@ def test_kappa_table_on_hand_made_labels():
     assert [None if pd.isna(maj[k]) else maj[k] for k in keys] == ["item", "instruction", "other", None, "item"]
     kappa("all", "J1", 4, 5 / 9)  # p_o = 3/4, p_e = 7/16
     kappa("all", "J2", 3, 1.0)  # its abstention is left out of n
-    assert kappa("all", "jury", 2, float("nan"))["agreement %"] == pytest.approx(
-        100.0, abs=FLOAT64_ATOL
-    )  # one class each: κ = 0/0
+    assert kappa("all", "jury", 2, float("nan"))["agreement %"] == pytest.approx(100.0, abs=FLOAT64_ATOL)  # one class each: κ = 0/0
     kappa("all", "rules", 4, 1 / 3)  # p_o = 1/2, p_e = 1/4
     assert list(t.columns) == labels.AGREEMENT_COLUMNS
     assert set(t["variants"]) == {"all", "substituted", "deleted", "other"}
@@ -187,17 +168,7 @@ def _judge_by_hand(out):
     rows = []
     for r in readings.to_dict("records"):
         for juror, cls in (("J1", "instruction"), ("J2", "instruction")):
-            rows.append(
-                {
-                    "item_id": r["item_id"],
-                    "variant": r["variant"],
-                    "juror": juror,
-                    "class": cls,
-                    "reason": "",
-                    "abstained": False,
-                    "attempts": 1,
-                }
-            )
+            rows.append({"item_id": r["item_id"], "variant": r["variant"], "juror": juror, "class": cls, "reason": "", "abstained": False, "attempts": 1})
     store.append(out / JUDGEMENTS, JUDGEMENT_SCHEMA, rows)
     verdicts = compute_verdicts(readings, pd.DataFrame(rows), ["J1", "J2"])
     rundir.write_table(out / VERDICTS, pa.Table.from_pandas(verdicts, preserve_index=False))
@@ -236,27 +207,18 @@ def test_label_through_the_page_in_chromium_and_agreement(audit, tmp_path):
         assert page.eval("document.getElementById('judges') === null")  # the judges' classes are hidden before labelling
         shown = page.eval("document.getElementById('continuation').textContent")
         assert shown == targets["continuation"].iloc[0]  # the audit's own greedy continuation
-        assert page.eval("Array.from(document.querySelectorAll('#label-form input')).map(b => b.value)") == [
-            "item",
-            "forecast",
-            "other",
-        ]
+        assert page.eval("Array.from(document.querySelectorAll('#label-form input')).map(b => b.value)") == ["item", "forecast", "other"]
         page.eval("document.getElementById('label-other').click()")
         page.eval("document.getElementById('label-save').click()")
         page.wait_for("document.getElementById('label-count').textContent === '1 labelled of 2'")
-        assert (
-            page.eval("Array.from(document.querySelectorAll('#label-form input')).map(b => b.value)")[0] == "instruction"
-        )  # the substituted one
+        assert page.eval("Array.from(document.querySelectorAll('#label-form input')).map(b => b.value)")[0] == "instruction"  # the substituted one
         page.eval("document.getElementById('label-instruction').click()")
         page.eval("document.getElementById('label-save').click()")
         page.wait_for("document.getElementById('label-count').textContent === '2 labelled of 2'")
         page.wait_for("document.getElementById('judges')")  # shown once labelled
         assert "jury majority: instruction" in page.eval("document.getElementById('judges').textContent")
         stored = labels.load_labels(out)
-        assert sorted(zip(stored["variant"], stored["labeller"], stored["class"])) == [
-            (ORIG, "ann", "other"),
-            (SUB, "ann", "instruction"),
-        ]
+        assert sorted(zip(stored["variant"], stored["labeller"], stored["class"])) == [(ORIG, "ann", "other"), (SUB, "ann", "instruction")]
         page.goto(f"{base}/index.html?labeller=ann&again=1")  # a page opened again resumes from the run directory
         page.wait_for("document.getElementById('label-count').textContent === '2 labelled of 2'")
         assert page.eval("document.querySelectorAll('#list div.labelled').length") == 2
@@ -271,10 +233,7 @@ def test_label_through_the_page_in_chromium_and_agreement(audit, tmp_path):
 
     # a second person, imported from an export; then the κ table from the command line
     item = str(targets["item_id"].iloc[0])
-    bob = [
-        {"item_id": item, "variant": ORIG, "labeller": "bob", "class": "other"},
-        {"item_id": item, "variant": SUB, "labeller": "bob", "class": "item"},
-    ]
+    bob = [{"item_id": item, "variant": ORIG, "labeller": "bob", "class": "other"}, {"item_id": item, "variant": SUB, "labeller": "bob", "class": "item"}]
     exported = tmp_path / "bob.json"
     rundir.write_json(exported, labels.export_obj(pd.DataFrame(bob).assign(labelled_at="2025-01-01T00:00:00+00:00"), "aud"))
     proc = sleight("readout", "labels", str(out), "--import", str(exported))
@@ -291,9 +250,7 @@ def test_label_through_the_page_in_chromium_and_agreement(audit, tmp_path):
     assert list(table.columns) == labels.AGREEMENT_COLUMNS
 
 
-def _request(
-    base: str, path: str, *, method: str = "GET", body: bytes | None = None, headers: dict | None = None
-) -> tuple[int, dict]:
+def _request(base: str, path: str, *, method: str = "GET", body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
     import http.client
     import json
     import urllib.parse
@@ -342,16 +299,7 @@ def test_the_api_refuses_other_hosts_and_origins(audit, tmp_path):
         assert len(labels.load_labels(out)) == 0  # nothing refused was stored
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
             assert _request(base, "/api/labels?labeller=ann", headers={"Host": host})[0] == 200
-        assert (
-            _request(
-                base,
-                "/api/labels",
-                method="POST",
-                body=body,
-                headers={**own, "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"},
-            )[0]
-            == 200
-        )
+        assert _request(base, "/api/labels", method="POST", body=body, headers={**own, "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"})[0] == 200
         assert _request(base, "/api/labels", method="POST", body=body, headers=own)[0] == 200  # no Origin: not a browser page
         stored = labels.load_labels(out)
         assert list(stored["labeller"]) == ["ann"]

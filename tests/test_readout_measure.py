@@ -15,18 +15,8 @@ from tolerances import LOGPROB_ATOL, MASS_ATOL
 
 pytestmark = pytest.mark.slow  # the audit's measurement of 8 contexts on the real model
 
-PAREN = item_from_record(
-    {"id": "paren", "prompt": "Pick one: (A) yes or (B) no.", "options": [" (A)", " (B)"], "stem": "The answer is"}, "t"
-)
-TF = item_from_record(
-    {
-        "id": "tf",
-        "prompt": "Is water wet? Answer True or False.",
-        "options": ["True", "False"],
-        "stem": "Out of 100 such readers, about ",
-    },
-    "t",
-)
+PAREN = item_from_record({"id": "paren", "prompt": "Pick one: (A) yes or (B) no.", "options": [" (A)", " (B)"], "stem": "The answer is"}, "t")
+TF = item_from_record({"id": "tf", "prompt": "Is water wet? Answer True or False.", "options": ["True", "False"], "stem": "Out of 100 such readers, about "}, "t")
 NEW = 8  # continuation budget (the audit's default is 16; the rule is the same)
 APOS = item_from_record({"id": "apos", "prompt": "Finish the word.", "options": ["'s", "'t"], "stem": "It is..."}, "t")
 
@@ -83,12 +73,7 @@ def test_shared_first_tokens_are_counted_once_and_flagged(model, rows):
     # Full-sequence log-probs, independently scored, and the renormalised score (first option's p).
     # The first token is read in the batched scored-position pass, the rest after it: float32
     # rounding against this lone pass is ~1e-5.
-    want = [
-        float(np.sum(x))
-        for x in model.continuation_logprobs(
-            model.encode(r["context"]), [encode_continuation(model, r["context"], o) for o in r["options"]]
-        )
-    ]
+    want = [float(np.sum(x)) for x in model.continuation_logprobs(model.encode(r["context"]), [encode_continuation(model, r["context"], o) for o in r["options"]])]
     assert r["option_logprobs"] == pytest.approx(want, abs=LOGPROB_ATOL)
     assert r["score"] == pytest.approx(1 / (1 + np.exp(want[1] - want[0])), abs=MASS_ATOL)
     assert rows[("tf", "original")]["first_tokens_distinct"] is True
@@ -119,9 +104,7 @@ def test_isolated_and_in_context_encodings_differ(model, rows):
     lp = independent(model, r["context"])
     assert r["option_mass_isolated"] == pytest.approx(float(np.exp(lp[iso]).sum()), abs=MASS_ATOL)
     assert r["option_mass"] == pytest.approx(float(np.exp(lp[ctx[0]])), abs=MASS_ATOL)
-    assert (
-        abs(r["option_mass"] - r["option_mass_isolated"]) > 0.1 * r["option_mass_isolated"]
-    )  # a real difference: over 10%, not noise
+    assert abs(r["option_mass"] - r["option_mass_isolated"]) > 0.1 * r["option_mass_isolated"]  # a real difference: over 10%, not noise
 
 
 def test_continuation_and_classes_are_recorded(model, rows):

@@ -58,20 +58,12 @@ def test_library_equals_what_lm_polygraph_computes(model, readouts):
     expected = [t for t in tok(["True"])["input_ids"][0] if t not in (tok.eos_token_id, tok.bos_token_id)]
     assert len(expected) == 1
     for k, (q, a) in enumerate(zip(QS, AS)):
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": ptrue_prompt(q, a)}], add_generation_prompt=True, tokenize=False
-        )
+        text = tok.apply_chat_template([{"role": "user", "content": ptrue_prompt(q, a)}], add_generation_prompt=True, tokenize=False)
         batch = tok([text], return_tensors="pt", add_special_tokens=False)
         keep = _Scores()
         model.model.generate(
-            **batch,
-            output_scores=True,
-            return_dict_in_generate=True,
-            min_new_tokens=1,
-            max_new_tokens=1,
-            num_beams=1,
-            do_sample=False,
-            logits_processor=LogitsProcessorList([_Sanitise(), keep]),
+            **batch, output_scores=True, return_dict_in_generate=True, min_new_tokens=1, max_new_tokens=1, num_beams=1,
+            do_sample=False, logits_processor=LogitsProcessorList([_Sanitise(), keep]),
         )
         lib = float(keep.scores[0][0, expected[0]])
         # generate() computes the LM head on the last position only; float32 rounding differs ~1e-5.
@@ -84,9 +76,7 @@ def test_renormalised_labels_moved_deleted_against_independent_passes(model, rea
     for k, (q, a) in enumerate(zip(QS, AS)):
         ctx = model.render_chat([{"role": "user", "content": ptrue_prompt(q, a)}])
         lp = model.next_token_logprobs([ctx.ids])[0].astype(np.float64)
-        assert readouts["renormalised"][k] == pytest.approx(
-            np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=MASS_ATOL
-        )  # batched vs lone pass
+        assert readouts["renormalised"][k] == pytest.approx(np.exp(lp[t]) / (np.exp(lp[t]) + np.exp(lp[f])), abs=MASS_ATOL)  # batched vs lone pass
 
         enc = [encode_continuation(model, ctx.text, lab) for lab in ("(A", "(B")]
         la, lb = (float(np.sum(x)) for x in model.continuation_logprobs(ctx.ids, enc))

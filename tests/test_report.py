@@ -58,23 +58,7 @@ def _sql_table1(run: Path) -> dict:
         FROM v
         """
     ).fetchone()
-    cols = [
-        "n_judged",
-        "n_verdicts",
-        "n_voted",
-        "flag",
-        "flag_me",
-        "ign",
-        "derail",
-        "corr",
-        "aware",
-        "undecided",
-        "dsurp",
-        "dent",
-        "dsurp_m",
-        "dent_m",
-        "model",
-    ]
+    cols = ["n_judged", "n_verdicts", "n_voted", "flag", "flag_me", "ign", "derail", "corr", "aware", "undecided", "dsurp", "dent", "dsurp_m", "dent_m", "model"]
     return dict(zip(cols, row))
 
 
@@ -140,10 +124,7 @@ def test_table2_pooled_row_comes_from_counts(judged):
         assert _close(pooled[f"Flag. {cond}"], 100.0 * f / n if n else float("nan"))
         assert _close(pooled[f"Derail. {cond}"], 100.0 * d / n if n else float("nan"))
     per_model = t2[t2["Model"] != "Pooled (all models)"]
-    assert (
-        pooled["Flag. entity n"] == per_model["Flag. entity n"].sum()
-        and pooled["Flag. neutral n"] == per_model["Flag. neutral n"].sum()
-    )
+    assert pooled["Flag. entity n"] == per_model["Flag. entity n"].sum() and pooled["Flag. neutral n"] == per_model["Flag. neutral n"].sum()
     printed = round(pooled["Flag. entity"]) - round(pooled["Flag. neutral"])
     assert pooled["Flag. Δ"] == printed  # the difference of the rounded percentages, as the paper prints it
 
@@ -152,9 +133,7 @@ def test_untouched_table_from_trials(judged):
     unt = pd.read_csv(judged.report / "untouched.csv")
     con = duckdb.connect()
     for run in judged.runs:
-        n, k = con.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE untouched) FROM read_parquet('{_parquet(run, 'trials.parquet')}')"
-        ).fetchone()
+        n, k = con.execute(f"SELECT count(*), count(*) FILTER (WHERE untouched) FROM read_parquet('{_parquet(run, 'trials.parquet')}')").fetchone()
         model = display_model(pd.read_parquet(run / jury_store.VERDICTS)["model"].iloc[0])
         row = unt[unt["Model"] == model].iloc[0]
         assert (row["Trials"], row["Untouched"]) == (n, k)
@@ -175,9 +154,7 @@ def test_agreement_matches_sklearn_and_statsmodels(judged):
     both = wide[[a, b]].dropna()
     row = agree[(agree["Model"] == model) & (agree["Label"] == "flagged") & (agree["Measure"] == "Cohen κ alpha · beta")].iloc[0]
     assert row["n"] == len(both)
-    expected = (
-        cohen_kappa_score(both[a].astype(int), both[b].astype(int)) if both[a].nunique() + both[b].nunique() > 2 else float("nan")
-    )
+    expected = cohen_kappa_score(both[a].astype(int), both[b].astype(int)) if both[a].nunique() + both[b].nunique() > 2 else float("nan")
     assert _close(row["κ"], expected) or (math.isnan(row["κ"]) and math.isnan(expected))
     full = wide[judged.jury].dropna()
     frow = agree[(agree["Model"] == model) & (agree["Label"] == "flagged") & (agree["Measure"] == "Fleiss κ")].iloc[0]
@@ -195,23 +172,10 @@ def test_agreement_matches_sklearn_and_statsmodels(judged):
 
 def test_exports_and_plots_exist(judged):
     md = (judged.report / "leaderboard.md").read_text()
-    for title in (
-        "Table 1",
-        "Table 2",
-        "untouched",
-        "Pooled switch-aware",
-        "Size against",
-        "Matched thinking pairs",
-        "Jury agreement",
-        "Abstentions",
-        "Lexical baseline",
-    ):
+    for title in ("Table 1", "Table 2", "untouched", "Pooled switch-aware", "Size against", "Matched thinking pairs", "Jury agreement", "Abstentions", "Lexical baseline"):
         assert title in md
     assert "| Model | Flag. | Flag. (M.E.) | Ign. | Derail. | Corr. | Switch aware | Δsurp. (nats) | Δent. (nats) |" in md
-    assert (
-        "| Model | Jury | Eligible | Voted | Undecided | Flag. % | Flag. (M.E.) % | Ign. % | Derail. % | Corr. % | Switch aware % |"
-        in md
-    )
+    assert "| Model | Jury | Eligible | Voted | Undecided | Flag. % | Flag. (M.E.) % | Ign. % | Derail. % | Corr. % | Switch aware % |" in md
     tex = (judged.report / "leaderboard.tex").read_text()
     assert tex.count("\\begin{tabular}") == 12 and "\\toprule" in tex and "$\\Delta$surp." in tex
     for png in ("dissociation.png", "swap_profile.png"):

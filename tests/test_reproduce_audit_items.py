@@ -57,8 +57,7 @@ def tables(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("audit-items")
     cache = ModelCache(ModelSettings(), loader=lambda _ck, _s: model)  # the session's model, never closed here
     results = {
-        name: reproduce(name, out, models=["smollm2-135m-instruct"], limit=N_ITEMS, B=20, cache=cache, status=lambda _m: None)
-        for name in TABLES
+        name: reproduce(name, out, models=["smollm2-135m-instruct"], limit=N_ITEMS, B=20, cache=cache, status=lambda _m: None) for name in TABLES
     }
     return results, out
 
@@ -120,17 +119,9 @@ def test_c1_grid_is_the_nine_combinations_rendered_as_composed(model, item):
     quoted-item endings (the letter instruction, its deletion, "Summarise in one sentence."); the cells
     that are plain variants go by their names, each rendered exactly as the composition renders it."""
     assert parse_variants("composed") == COMPOSED
-    assert (
-        COMPOSED[:3] == ("original", "deleted_instruction", "substituted:summarise")
-        and COMPOSED[3] == "fenced"
-        and COMPOSED[6] == "stem"
-    )
+    assert COMPOSED[:3] == ("original", "deleted_instruction", "substituted:summarise") and COMPOSED[3] == "fenced" and COMPOSED[6] == "stem"
     assert [comp.variant_cell(v) for v in COMPOSED] == [(f, e) for f in FORMS for e in ENDINGS]
-    assert parse_variants("production\u00d7instruction,stemmed\u00d7instruction,fenced\u00d7deleted") == (
-        "original",
-        "stem",
-        "fenced\u00d7deleted",
-    )
+    assert parse_variants("production\u00d7instruction,stemmed\u00d7instruction,fenced\u00d7deleted") == ("original", "stem", "fenced\u00d7deleted")
     for name, spec in zip(COMPOSED, comp.composed_grid(item)):
         assert render(model, make_variant(item, name)) == render(model, spec)
     assert render(model, make_variant(item, "stemmed\u00d7summarise")).endswith(FORECAST_STEM)
@@ -145,9 +136,7 @@ def test_c1_cells_are_the_grids_readings(tables):
     by = _by_variant(rows)
     assert list(by) == list(COMPOSED) and all(len(v) == N_ITEMS for v in by.values())
     distinct = {v: all(r["first_tokens_distinct"] is True for r in rs) for v, rs in by.items()}
-    equal = {
-        v: all(r["option_mass"] is not None and r["option_mass"] == r["option_mass_isolated"] for r in rs) for v, rs in by.items()
-    }
+    equal = {v: all(r["option_mass"] is not None and r["option_mass"] == r["option_mass_isolated"] for r in rs) for v, rs in by.items()}
 
     def disagree(v):
         return sum((r["option_mass"] >= 0.5) != (r["argmax_class"] == "option") for r in by[v] if r["option_mass"] is not None)
@@ -165,14 +154,7 @@ def test_c1_cells_are_the_grids_readings(tables):
 def test_c1_mass_and_argmax_disagree_as_defined():
     """Paper: App. C.1, the options' mass (at or above §3's floor 0.5) and the argmax check (an option's
     first token at the argmax) disagree: an option argmax under half the mass, or a letter above it."""
-    base = {
-        "item_id": "a",
-        "variant": "original",
-        "skipped": False,
-        "argmax_token": "A",
-        "continuation": "A",
-        "continuation_class": "answers_item",
-    }
+    base = {"item_id": "a", "variant": "original", "skipped": False, "argmax_token": "A", "continuation": "A", "continuation_class": "answers_item"}
     rows = [
         {**base, "option_mass": 0.4, "argmax_class": "option"},
         {**base, "item_id": "b", "option_mass": 0.6, "argmax_class": "answer_letter"},
@@ -213,11 +195,7 @@ def test_c2_cells_are_the_controls_readings(tables):
         return sum(r["argmax_class"] == cls for r in by[v]) / len(by[v])
 
     got = _cells(results, "appendix-c2")
-    assert (got["letter"], got["letter_deleted"], got["letter_space"]) == (
-        share("original", "answer_letter"),
-        share("deleted_instruction", "answer_letter"),
-        share("space", "answer_letter"),
-    )
+    assert (got["letter"], got["letter_deleted"], got["letter_space"]) == (share("original", "answer_letter"), share("deleted_instruction", "answer_letter"), share("space", "answer_letter"))
     assert got["digit_space"] == sum(token_rules.token_class(r["argmax_token"]) == "digit" for r in by["space"])
     assert got["grid_space"] == sum(r["argmax_class"] == "option" for r in by["space"])
     endings = {"space": "instruction", **{f"space+substituted:{k}": k for k in SUBSTITUTES}}
@@ -248,10 +226,7 @@ def test_separator_is_supplied_only_where_the_template_omits_it(model, item):
     for name in SEPARATOR:
         plain = name.partition("+")[2]
         assert render(model, make_variant(item, name)) == render(model, make_variant(item, plain))  # SmolLM2's ends in "\n"
-        assert (
-            render(_Template(" [/INST]"), make_variant(item, name))
-            == render(_Template(" [/INST]"), make_variant(item, plain)) + " "
-        )
+        assert render(_Template(" [/INST]"), make_variant(item, name)) == render(_Template(" [/INST]"), make_variant(item, plain)) + " "
         assert render(_Template("\n"), make_variant(item, name)) == render(_Template("\n"), make_variant(item, plain))
     assert isinstance(comp.separator_supplied(item, "fenced"), Skipped)
     # on the real model: a rendering without a template ends with the forecast question, no separator
@@ -292,9 +267,7 @@ def test_appendix_d_cells_are_the_rules_readings(tables):
 
     assert got["letter_deleted"] == share("deleted_instruction") and got["letter_no_choices"] == share("deleted_choices")
     assert got["letter_deleted_both"] == share("deleted_instruction_choices")
-    factor = statistics.median(r["option_mass"] for r in by["deleted_instruction"]) / statistics.median(
-        r["option_mass"] for r in by["original"]
-    )
+    factor = statistics.median(r["option_mass"] for r in by["deleted_instruction"]) / statistics.median(r["option_mass"] for r in by["original"])
     assert got["mass_factor_deleted"] == pytest.approx(factor, rel=FLOAT64_RTOL)
     fails = 0
     for name in SEPARATOR:
@@ -304,12 +277,7 @@ def test_appendix_d_cells_are_the_rules_readings(tables):
     for col, key in (("opening_word_list", "keywords"), ("opening_word_translate", "french"), ("opening_word_count", "count")):
         assert got[col] == token_rules.opening_word_rate([r["argmax_token"] for r in by[f"separator+substituted:{key}"]], key)
     assert [c.key for c in results["appendix-d"].table.columns if not c.run] == [
-        "translate_exec",
-        "list_exec",
-        "summarise_exec",
-        "count_exec",
-        "item_answers",
-        "forecasts_deleted",
+        "translate_exec", "list_exec", "summarise_exec", "count_exec", "item_answers", "forecasts_deleted"
     ]
     for key in ("translate_exec", "item_answers", "forecasts_deleted"):  # the hosted judges: the paper's cells, nothing measured
         assert got[key] != got[key]
@@ -346,21 +314,13 @@ def test_judge_records_are_64_token_continuations_counted_by_the_bare_number_rul
 def test_bare_number_rule_and_argmax_opening_on_rows():
     """Paper: App. D, a bare number is a forecast whatever the label (here: whatever the rule class);
     the continuation "begins with the recorded argmax" read on the text."""
-    base = {
-        "item_id": "a",
-        "variant": "separator+substituted:integer",
-        "skipped": False,
-        "option_mass": 0.9,
-        "argmax_class": "option",
-    }
-    rows = derived_columns(
-        [
-            {**base, "argmax_token": " 7", "continuation": " 70\n", "continuation_class": "prose"},
-            {**base, "item_id": "b", "argmax_token": "7", "continuation": "70 readers", "continuation_class": "forecast"},
-            {**base, "item_id": "c", "argmax_token": "Le", "continuation": "Le texte", "continuation_class": "prose"},
-            {**base, "item_id": "d", "argmax_token": "\n", "continuation": "B: yes", "continuation_class": "answers_item"},
-        ]
-    )
+    base = {"item_id": "a", "variant": "separator+substituted:integer", "skipped": False, "option_mass": 0.9, "argmax_class": "option"}
+    rows = derived_columns([
+        {**base, "argmax_token": " 7", "continuation": " 70\n", "continuation_class": "prose"},
+        {**base, "item_id": "b", "argmax_token": "7", "continuation": "70 readers", "continuation_class": "forecast"},
+        {**base, "item_id": "c", "argmax_token": "Le", "continuation": "Le texte", "continuation_class": "prose"},
+        {**base, "item_id": "d", "argmax_token": "\n", "continuation": "B: yes", "continuation_class": "answers_item"},
+    ])
     assert [r["bare_number"] for r in rows] == [True, False, False, False]
     assert [r["counted_class"] for r in rows] == ["forecast", "forecast", "other", "item"]
     assert [r["argmax_opens"] for r in rows] == [True, True, True, False]
@@ -372,16 +332,9 @@ def test_the_judge_labels_app_ds_records():
     ending (and C.2's space-appended deletions and substitutions), each with its own ballot."""
     assert judge.judged_variant("separator+original") and judge.judged_variant("separator+substituted:french")
     assert judge.judged_variant("space+deleted") and judge.judged_variant("space+substituted:count")
-    assert (
-        not judge.judged_variant("space")
-        and not judge.judged_variant("original")
-        and not judge.judged_variant("fenced\u00d7deleted")
-    )
+    assert not judge.judged_variant("space") and not judge.judged_variant("original") and not judge.judged_variant("fenced\u00d7deleted")
     assert judge.ballot_for("separator+substituted:french") is judge.SUBSTITUTED_BALLOT
-    assert (
-        judge.ballot_for("separator+original") is judge.DELETED_BALLOT
-        and judge.ballot_for("space+deleted") is judge.DELETED_BALLOT
-    )
+    assert judge.ballot_for("separator+original") is judge.DELETED_BALLOT and judge.ballot_for("space+deleted") is judge.DELETED_BALLOT
     assert "Translate the passage into French." in judge.what_changed("separator+substituted:french")
     assert "intact" in judge.what_changed("separator+original") and judge.kind("separator+original") == "intact"
 
@@ -389,28 +342,11 @@ def test_the_judge_labels_app_ds_records():
 def test_mass_factor_is_the_ratio_of_the_medians():
     """Paper: App. D, deleting the imperative raises (or lowers) the median mass by a factor: the
     deleted ending's median over the original's, on the rows of the same prompt form."""
-
     def row(v, i, mass):
-        return {
-            "item_id": i,
-            "variant": v,
-            "skipped": False,
-            "option_mass": mass,
-            "argmax_token": "A",
-            "argmax_class": "answer_letter",
-            "continuation": "A",
-        }
+        return {"item_id": i, "variant": v, "skipped": False, "option_mass": mass, "argmax_token": "A", "argmax_class": "answer_letter", "continuation": "A"}
 
-    rows = derived_columns(
-        [
-            row("original", "a", 1e-6),
-            row("original", "b", 3e-6),
-            row("original", "c", 2e-6),
-            row("deleted_instruction", "a", 0.5),
-            row("deleted_instruction", "b", 0.7),
-            row("deleted_instruction", "c", 0.1),
-        ]
-    )
+    rows = derived_columns([row("original", "a", 1e-6), row("original", "b", 3e-6), row("original", "c", 2e-6),
+                            row("deleted_instruction", "a", 0.5), row("deleted_instruction", "b", 0.7), row("deleted_instruction", "c", 0.1)])
     assert [r["variant_mass_factor"] for r in rows[3:]] == [pytest.approx(0.5 / 2e-6, rel=FLOAT64_RTOL)] * 3
     assert [r["variant_mass_factor"] for r in rows[:3]] == [1.0] * 3
 
@@ -432,22 +368,14 @@ def test_table5_reads_the_rendered_ending_and_the_first_tokens(tables):
     def share(v, f):
         return sum(bool(f(r)) for r in by[v]) / len(by[v])
 
-    assert (
-        got["ends_newline"] == share("original", lambda r: r["context"].endswith("\n")) == 1.0
-    )  # SmolLM2's template: "assistant\n"
+    assert got["ends_newline"] == share("original", lambda r: r["context"].endswith("\n")) == 1.0  # SmolLM2's template: "assistant\n"
     assert got["ends_whitespace"] == share("original", lambda r: r["ends_with_whitespace"])
     assert got["distinct"] == share("original", lambda r: r["first_tokens_distinct"] is True)
     assert got["stem_whitespace"] == share("stem", lambda r: r["context"].endswith(" ")) == 1.0  # the stem ends in its space
     assert got["stem_distinct"] == share("stem", lambda r: r["first_tokens_distinct"] is True)
     config = load_table("table5")
     assert {k: v["ends_newline"] for k, v in config.paper.items()} == {
-        "qwen3-4b": 1,
-        "qwen3-8b": 1,
-        "qwen3-14b": 1,
-        "phi-3-mini": 1,
-        "mistral-7b": 0,
-        "falcon-7b": 0,
-        "smollm2-1.7b": 1,
+        "qwen3-4b": 1, "qwen3-8b": 1, "qwen3-14b": 1, "phi-3-mini": 1, "mistral-7b": 0, "falcon-7b": 0, "smollm2-1.7b": 1
     }
     rows = derived_columns([{"item_id": "a", "variant": "original", "context": "[INST] q [/INST]", "skipped": False}])
     assert rows[0]["ends_with_newline"] is False and rows[0]["form"] == "production"

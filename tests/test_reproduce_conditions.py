@@ -28,12 +28,9 @@ def _race_spec(folder: str = "") -> str:
 
 def _config(tmp_path, name: str, runs: dict, columns: list, checkpoints: list | None = None):
     raw = {
-        "table": name,
-        "title": name,
-        "section": "App. I",
+        "table": name, "title": name, "section": "App. I",
         "checkpoints": checkpoints or [{"name": BUNDLED, "model": BUNDLED}],
-        "runs": runs,
-        "columns": columns,
+        "runs": runs, "columns": columns,
     }
     path = tmp_path / "cfg" / f"{name}.yaml"
     path.parent.mkdir(exist_ok=True)
@@ -49,44 +46,18 @@ def test_table14_counts_the_article_and_table15_leaves_it_out(model):
     "A nice", and counts it as a prose opening. The tokens are the bundled tokenizer's own."""
     (spaced_a,) = model.encode(" A")
     token = model.token_text(spaced_a)
-    assert cond.letter_columns(token, cond.LETTERS_AD, "A: her English was poor") == {
-        "letter": True,
-        "letter_pull": True,
-        "prose_opening": False,
-    }
-    assert cond.letter_columns(token, cond.LETTERS_AD, " A clever question! The note") == {
-        "letter": True,
-        "letter_pull": False,
-        "prose_opening": True,
-    }
+    assert cond.letter_columns(token, cond.LETTERS_AD, "A: her English was poor") == {"letter": True, "letter_pull": True, "prose_opening": False}
+    assert cond.letter_columns(token, cond.LETTERS_AD, " A clever question! The note") == {"letter": True, "letter_pull": False, "prose_opening": True}
     (answer,) = model.encode("Answer")
-    assert cond.letter_columns(model.token_text(answer), cond.LETTERS_AD, "Answer: B") == {
-        "letter": False,
-        "letter_pull": False,
-        "prose_opening": True,
-    }
+    assert cond.letter_columns(model.token_text(answer), cond.LETTERS_AD, "Answer: B") == {"letter": False, "letter_pull": False, "prose_opening": True}
     (five,) = model.encode("5")
-    assert cond.letter_columns(model.token_text(five), cond.LETTERS_AD, "50") == {
-        "letter": False,
-        "letter_pull": False,
-        "prose_opening": False,
-    }
-    assert cond.letter_columns("J", tuple("ABCDEFGHIJ"), "J") == {
-        "letter": True,
-        "letter_pull": True,
-        "prose_opening": False,
-    }  # D1: the item's own letters
+    assert cond.letter_columns(model.token_text(five), cond.LETTERS_AD, "50") == {"letter": False, "letter_pull": False, "prose_opening": False}
+    assert cond.letter_columns("J", tuple("ABCDEFGHIJ"), "J") == {"letter": True, "letter_pull": True, "prose_opening": False}  # D1: the item's own letters
 
 
 def _reading(mass, *, pull=False, prose=False, distinct=True, ws=True):
-    return {
-        "option_mass": mass,
-        "letter_pull": pull,
-        "prose_opening": prose,
-        "first_tokens_distinct": distinct,
-        "ends_with_whitespace": ws,
-        "options": list(FORECAST_OPTIONS),
-    }
+    return {"option_mass": mass, "letter_pull": pull, "prose_opening": prose, "first_tokens_distinct": distinct,
+            "ends_with_whitespace": ws, "options": list(FORECAST_OPTIONS)}
 
 
 def test_table15_rows_from_one_checkpoints_readings():
@@ -96,28 +67,14 @@ def test_table15_rows_from_one_checkpoints_readings():
     the floor with distinct first tokens; repaired is the own-stem median at or above the floor."""
     stem = [_reading(0.9)] * 4
     qwen_like = cond.holding([_reading(1e-15, pull=True)] * 2 + [_reading(1e-15, prose=True)] * 2, stem)
-    assert qwen_like == {
-        "below_floor": True,
-        "answer_letters": True,
-        "letters_separated": True,
-        "omitted_separator": False,
-        "shared_first_token": False,
-        "prose_holds": True,
-        "below_other": False,
-        "options_hold": False,
-        "repaired": True,
-    }
+    assert qwen_like == {"below_floor": True, "answer_letters": True, "letters_separated": True, "omitted_separator": False,
+                         "shared_first_token": False, "prose_holds": True, "below_other": False, "options_hold": False, "repaired": True}
     short = cond.holding([_reading(1e-15, pull=True)] + [_reading(1e-15, prose=True)] * 3, stem)  # 1 of 4: no pull
     assert not short["answer_letters"] and short["prose_holds"]
     mistral_like = cond.holding([_reading(3e-6, ws=False)] * 4, [_reading(0.99)] * 3 + [_reading(0.002)])
     assert mistral_like["omitted_separator"] and not mistral_like["below_other"] and mistral_like["repaired"]
     phi_like = cond.holding([_reading(6e-4, pull=True, distinct=False)] * 4, [_reading(0.2)] * 4)
-    assert (
-        phi_like["answer_letters"]
-        and phi_like["shared_first_token"]
-        and not phi_like["letters_separated"]
-        and not phi_like["repaired"]
-    )
+    assert phi_like["answer_letters"] and phi_like["shared_first_token"] and not phi_like["letters_separated"] and not phi_like["repaired"]
     held = cond.holding([_reading(0.3), _reading(0.9), _reading(1.0)], stem)  # median 0.9
     assert not held["below_floor"] and held["options_hold"] and not any(held[k] for k in ("answer_letters", "below_other"))
     assert cond.holding([_reading(0.2)] * 2, stem)["below_other"]
@@ -134,23 +91,10 @@ def test_d1_reads_mmlu_pro_rows_and_n1_the_writers_twelve_word_notes(tmp_path, m
     pro = f"mmlu-pro:{fixtures_dir()}/TIGER-Lab/MMLU-Pro/data/test-00000-of-00001.parquet"
     runs = {
         "d1": {"command": "conditions", "data": {"paper": "mmlu-pro:hub:n=64", "fixture": pro}, "settings": {"condition": "D1"}},
-        "n1": {
-            "command": "conditions",
-            "data": {"paper": "race-h:hub:n=64", "fixture": _race_spec()},
-            "settings": {"condition": "N1", "notes_by": "writer", "note_words": 12},
-        },
+        "n1": {"command": "conditions", "data": {"paper": "race-h:hub:n=64", "fixture": _race_spec()},
+               "settings": {"condition": "N1", "notes_by": "writer", "note_words": 12}},
     }
-    columns = [
-        {
-            "key": "d1_letters",
-            "label": "D1 letters",
-            "run": "d1",
-            "where": {"variant": "original"},
-            "stat": "count",
-            "column": "letter",
-            "equals": True,
-        }
-    ]
+    columns = [{"key": "d1_letters", "label": "D1 letters", "run": "d1", "where": {"variant": "original"}, "stat": "count", "column": "letter", "equals": True}]
     cks = [{"name": "writer", "model": BUNDLED}, {"name": "reader", "model": BUNDLED}]
     said: list[str] = []
     res = reproduce(_config(tmp_path, "conds", runs, columns, cks), tmp_path / "out", limit=2, B=20, status=said.append)
@@ -190,30 +134,13 @@ def test_figure1_named_tokens_are_read_where_the_options_are(tmp_path, monkeypat
     reading as the options, a named token's probability is the audit's first-token probability of
     the option it equals (the bundled model, the fixture's high6240.txt)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    runs = {
-        "item": {
-            "command": "named-items",
-            "data": {"paper": "race-h:hub:n=3052", "fixture": _race_spec("figure1/")},
-            "settings": {"ids": ["high6240.txt"], "note": "constructed", "tokens": [*FORECAST_OPTIONS, "A", "Answer"]},
-        }
-    }
-    columns = [
-        {
-            "key": "p_A",
-            "label": "p(A)",
-            "run": "item",
-            "where": {"variant": "named_token", "token": "A"},
-            "stat": "median",
-            "column": "token_prob",
-        }
-    ]
+    runs = {"item": {"command": "named-items", "data": {"paper": "race-h:hub:n=3052", "fixture": _race_spec("figure1/")},
+                     "settings": {"ids": ["high6240.txt"], "note": "constructed", "tokens": [*FORECAST_OPTIONS, "A", "Answer"]}}}
+    columns = [{"key": "p_A", "label": "p(A)", "run": "item", "where": {"variant": "named_token", "token": "A"}, "stat": "median", "column": "token_prob"}]
     res = reproduce(_config(tmp_path, "fig", runs, columns), tmp_path / "out", B=20, status=lambda _m: None)
     rows = pq.read_table(tmp_path / "out" / "fig" / BUNDLED / "item" / "readings.parquet").to_pylist()
     (orig,) = [r for r in rows if r["variant"] == "original"]
-    assert (
-        orig["item_id"] == "high6240.txt:0"
-        and f"Note: {FIGURE1_LEAD} The correct answer is A: her English was poor." in orig["context"]
-    )
+    assert orig["item_id"] == "high6240.txt:0" and f"Note: {FIGURE1_LEAD} The correct answer is A: her English was poor." in orig["context"]
     tokens = json.loads((tmp_path / "out" / "fig" / BUNDLED / "item" / "named_tokens.json").read_text(encoding="utf-8"))["rows"]
     got = {t["token"]: t["token_prob"] for t in tokens}
     for o, p in zip(FORECAST_OPTIONS, orig["option_first_probs"]):
@@ -234,10 +161,8 @@ def test_table7_rows_from_the_readers_two_option_strings():
     spaced = {"option_logprobs": [-9.0, -8.0, -7.0, -9.5], "option_mass": 1e-12, "argmax_class": "answer_letter"}
     rows = reader_rows(items, ["constructed", "unrelated"], [(unspaced, spaced), (unspaced, unspaced)])
     assert [(r["item_id"], r["spacing"], r["choice"], r["correct"], r["agree"], r["argmax_on_option"]) for r in rows] == [
-        ("i1", "unspaced", "B", 1.0, 0.0, 1.0),
-        ("i1", "spaced", "C", 0.0, 0.0, 0.0),
-        ("i2", "unspaced", "B", 0.0, 1.0, 1.0),
-        ("i2", "spaced", "B", 0.0, 1.0, 1.0),
+        ("i1", "unspaced", "B", 1.0, 0.0, 1.0), ("i1", "spaced", "C", 0.0, 0.0, 0.0),
+        ("i2", "unspaced", "B", 0.0, 1.0, 1.0), ("i2", "spaced", "B", 0.0, 1.0, 1.0),
     ]
     assert [r["note_kind"] for r in rows] == ["constructed"] * 2 + ["unrelated"] * 2 and rows[1]["mass"] == 1e-12
 
@@ -261,8 +186,6 @@ def test_table7_reads_constructed_notes_not_the_checkpoints_own(model):
     for k, p in enumerate(picks):
         un, sp = rows[2 * k], rows[2 * k + 1]
         assert (un["spacing"], sp["spacing"]) == ("unspaced", "spaced")
-        assert un["mass"] == pytest.approx(p["reader_mass"], abs=MASS_ATOL) and sp["mass"] == pytest.approx(
-            p["reader_mass_spaced"], abs=MASS_ATOL
-        )
+        assert un["mass"] == pytest.approx(p["reader_mass"], abs=MASS_ATOL) and sp["mass"] == pytest.approx(p["reader_mass_spaced"], abs=MASS_ATOL)
         assert (un["choice"], sp["choice"]) == (p["reader_choice"], p["reader_choice_spaced"])
         assert sp["correct"] == float(p["correct_spaced"])

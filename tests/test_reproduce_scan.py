@@ -52,9 +52,7 @@ def test_app_g_rho_is_within_each_document_then_averaged() -> None:
 def test_table11_median_is_log_scale() -> None:
     """Table 11: 10^median(log10 mu), linear interpolation on the log scale."""
     assert close(log_median([1e-4, 1e-2]), 1e-3)
-    cell = stat_cell(
-        [{"mass": 1e-6}, {"mass": 1e-2}, {"mass": None}], Column(key="k", label="k", run="r", stat="log_median", column="mass")
-    )
+    cell = stat_cell([{"mass": 1e-6}, {"mass": 1e-2}, {"mass": None}], Column(key="k", label="k", run="r", stat="log_median", column="mass"))
     assert close(cell.estimate, 1e-4) and cell.n == 2
 
 
@@ -136,9 +134,7 @@ def test_a_killed_estimators_run_resumes_at_the_chunk_not_done(model, tmp_path) 
     (tmp_path / "parts" / f"{CHUNK:05d}.parquet").unlink()
     again = run_estimators_dir(lambda: model, items, tmp_path, samples=1, max_new_tokens=8, B=20)
     assert again["new_chunks"] == 1 and repr(again["readings"]) == repr(first["readings"])  # repr: NaN equals NaN
-    done = run_estimators_dir(
-        lambda: pytest.fail("a finished run must not load the model"), items, tmp_path, samples=1, max_new_tokens=8, B=20
-    )
+    done = run_estimators_dir(lambda: pytest.fail("a finished run must not load the model"), items, tmp_path, samples=1, max_new_tokens=8, B=20)
     assert done["new_chunks"] == 0
     scorers = {r["scorer"] for r in first["readings"]}
     assert {"MaximumSequenceProbability", "ptrue_moved", "ptrue_renormalised"} <= scorers

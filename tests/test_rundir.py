@@ -191,9 +191,7 @@ def test_chat_template_arguments_are_part_of_the_model_identity(tmp_path):
 def test_a_manifest_of_another_format_is_refused_and_overwrite_starts_over(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True}))
     (tmp_path / "trials.parquet").mkdir()
-    with pytest.raises(
-        UserError, match="is not a sleight-run manifest .format 'sleight-tamper-run/1'.; use another --out, or --overwrite"
-    ):
+    with pytest.raises(UserError, match="is not a sleight-run manifest .format 'sleight-tamper-run/1'.; use another --out, or --overwrite"):
         RunDir(tmp_path, "tamper").check(CONFIG)
     assert kind_of(tmp_path) is None
     assert RunDir(tmp_path, "tamper").check(CONFIG, overwrite=True) is None

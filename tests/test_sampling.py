@@ -49,11 +49,7 @@ def test_warpers_by_hand():
     """p = (0.5, 0.3, 0.2): top-k 2 gives (5/8, 3/8, 0); top-p 0.6 drops 0.2 (cumulative 0.2 <= 0.4);
     temperature 1/2 squares: (25, 9, 4) / 38."""
     lp = torch.log(torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
-    for s, want in (
-        (Sampling(top_k=2), [5 / 8, 3 / 8, 0]),
-        (Sampling(top_p=0.6), [5 / 8, 3 / 8, 0]),
-        (Sampling(temperature=0.5), np.array([25, 9, 4]) / 38),
-    ):
+    for s, want in ((Sampling(top_k=2), [5 / 8, 3 / 8, 0]), (Sampling(top_p=0.6), [5 / 8, 3 / 8, 0]), (Sampling(temperature=0.5), np.array([25, 9, 4]) / 38)):
         np.testing.assert_allclose(warp(lp, s).softmax(-1)[0].numpy(), want, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
 
 
@@ -73,9 +69,7 @@ def test_seeded_and_independent_of_the_batch(model, prompts):
     assert [x.token_ids for x in alone[0]] == [x.token_ids for x in a[1]]
     other = model.sample(prompts, 8, n=3, sampling=Sampling(seed=4, top_k=50))
     assert [[x.token_ids for x in r] for r in other] != [[x.token_ids for x in r] for r in a]
-    assert prompt_seed(3, prompts[0]) != prompt_seed(3, prompts[1]) and prompt_seed(3, prompts[0]) == prompt_seed(
-        3, list(prompts[0])
-    )
+    assert prompt_seed(3, prompts[0]) != prompt_seed(3, prompts[1]) and prompt_seed(3, prompts[0]) == prompt_seed(3, list(prompts[0]))
     assert all(len(r) == 3 for r in a) and all(x.finish_reason in ("stop", "length") for r in a for x in r)
 
 

@@ -26,18 +26,9 @@ def readings(model, name: str, limit: int = 2):
     items = scorer_items(name, limit=limit)
     contexts = [render(model, make_variant(i, "original")) for i in items]
     pos = read_positions(model, contexts, [[preset.options, preset.spaced_options]] * len(items))
-    rep = read_positions(
-        model, [repaired_context(model, i, c, preset) for i, c in zip(items, contexts)], [[preset.repair.options]] * len(items)
-    )
+    rep = read_positions(model, [repaired_context(model, i, c, preset) for i, c in zip(items, contexts)], [[preset.repair.options]] * len(items))
     declared, spaced = [p.option_sets[0] for p in pos], [p.option_sets[1] for p in pos]
-    summary = {
-        "variants": {
-            "original": {
-                "n_measured": len(items),
-                "ends_with_whitespace_rate": sum(c[-1].isspace() for c in contexts) / len(contexts),
-            }
-        }
-    }
+    summary = {"variants": {"original": {"n_measured": len(items), "ends_with_whitespace_rate": sum(c[-1].isspace() for c in contexts) / len(contexts)}}}
     row = scan_row(preset, summary, declared, spaced, [r.option_sets[0] for r in rep], report=f"{name}/report.html")
     return declared, spaced, row
 
@@ -111,9 +102,7 @@ def test_scan_writes_one_row_per_preset(scanned):
     for name, r in rows.items():
         assert (scanned / r["report"]).is_file(), name
         audit = json.loads((scanned / name / "summary.json").read_text())["variants"]["original"]
-        assert r["declared"]["mass_median"] == pytest.approx(audit["mass_median"], abs=MASS_ATOL), (
-            name
-        )  # the scan re-reads the audit's position in its own batch
+        assert r["declared"]["mass_median"] == pytest.approx(audit["mass_median"], abs=MASS_ATOL), name  # the scan re-reads the audit's position in its own batch
         assert r["argmax_classes"] == audit["argmax_classes"]
     md = (scanned / "scan.md").read_text()
     for name in SCORERS:

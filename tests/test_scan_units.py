@@ -52,11 +52,7 @@ def test_within_document_average_and_paired_bootstrap():
     a = [0.1, 0.5, 0.9, 0.3, 0.2, 0.8, 0.4, 0.4, 0.4]  # d3 constant: undefined
     b = [0.9, 0.5, 0.1, 0.1, 0.2, 0.3, 0.1, 0.2, 0.3]
     per = per_document_rho(a, human, docs)
-    assert (
-        per["d3"] is None
-        and per["d1"] == pytest.approx(1.0)
-        and per["d2"] == pytest.approx(spearmanr(a[3:6], human[3:6]).statistic)
-    )
+    assert per["d3"] is None and per["d1"] == pytest.approx(1.0) and per["d2"] == pytest.approx(spearmanr(a[3:6], human[3:6]).statistic)
     w = within_document_spearman(a, human, docs)
     assert w["n_undefined"] == 1 and w["rho"] == pytest.approx((per["d1"] + per["d2"]) / 2)
     d = paired_document_difference(a, b, human, docs, B=500)

@@ -24,46 +24,24 @@ def two_orders(model, tmp_path_factory):
     out = {}
     for schedule in ("question", "sweep"):
         d = tmp_path_factory.mktemp(schedule)
-        s = run_tamper(
-            model,
-            qs,
-            subs,
-            d,
-            cfg,
-            question_source=qsrc,
-            substitute_source=ssrc,
-            progress=False,
-            schedule=schedule,
-            live_rows=LIVE,
-        )
+        s = run_tamper(model, qs, subs, d, cfg, question_source=qsrc, substitute_source=ssrc, progress=False, schedule=schedule, live_rows=LIVE)
         assert s.schedule == schedule
         out[schedule] = d
     return out
 
 
 def _flat(frame, col):
-    return np.concatenate(
-        [np.ravel(np.stack(list(v))) if len(v) and np.ndim(v[0]) else np.asarray(v, dtype=float) for v in frame[col]]
-    ).astype(float)
+    return np.concatenate([np.ravel(np.stack(list(v))) if len(v) and np.ndim(v[0]) else np.asarray(v, dtype=float) for v in frame[col]]).astype(float)
 
 
 def test_sweep_order_gives_the_question_orders_trials(two_orders):
-    a, b = (
-        load_trials(two_orders[s]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True)
-        for s in ("question", "sweep")
-    )
+    a, b = (load_trials(two_orders[s]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True) for s in ("question", "sweep"))
     assert len(a) == len(b) == N_Q * N_SUBS
     for col in ("token_ids", "injected", "swap_steps", "swap_ids", "top20_ids"):
         assert [[np.asarray(e).tolist() for e in x] for x in a[col]] == [[np.asarray(e).tolist() for e in x] for x in b[col]], col
-    assert (
-        (a[["reply", "n_swaps", "finish_reason", "untouched"]] == b[["reply", "n_swaps", "finish_reason", "untouched"]])
-        .all()
-        .all()
-    )
+    assert (a[["reply", "n_swaps", "finish_reason", "untouched"]] == b[["reply", "n_swaps", "finish_reason", "untouched"]]).all().all()
     np.testing.assert_allclose(_flat(a, "logprobs"), _flat(b, "logprobs"), atol=LOGPROB_ATOL)
-    np.testing.assert_allclose(
-        _flat(a, "top20_logprobs"), _flat(b, "top20_logprobs"), rtol=FLOAT16_STORED_RTOL, atol=LOGPROB_ATOL
-    )
+    np.testing.assert_allclose(_flat(a, "top20_logprobs"), _flat(b, "top20_logprobs"), rtol=FLOAT16_STORED_RTOL, atol=LOGPROB_ATOL)
     np.testing.assert_allclose(_flat(a, "entropy_full"), _flat(b, "entropy_full"), atol=ENTROPY_ATOL)
     ca, cb = (load_clean(two_orders[s]).sort_values("question_index").reset_index(drop=True) for s in ("question", "sweep"))
     assert [list(x) for x in ca["token_ids"]] == [list(x) for x in cb["token_ids"]]

@@ -69,9 +69,7 @@ def test_every_preset_is_pinned():
     assert set(SCORERS) == set(TEMPLATE_SHA256) == set(LAST_TOKENS)
     for name, preset in SCORERS.items():
         data = resources.files("sleight").joinpath("data/scorers").joinpath(preset.template).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == TEMPLATE_SHA256[name], (
-            f"{preset.template} changed: update the pin and the tests"
-        )
+        assert hashlib.sha256(data).hexdigest() == TEMPLATE_SHA256[name], f"{preset.template} changed: update the pin and the tests"
         assert preset.source.paper and preset.source.url.startswith("https://")
         assert preset.parser in ("first_token", "full_sequence", "text") and preset.rendering in ("completion", "chat", "chatml")
         if preset.source.repo:
@@ -100,16 +98,11 @@ def test_the_published_endings(model):
     assert ctx["kadavath"].endswith("\nIs the proposed answer:\n (A) True\n (B) False\nThe proposed answer is:")
     assert ctx["alpacaeval"].endswith(f"## Best Model Identifier{CHAT_END}")
     assert ctx["opencompass"].endswith(f"Judging the correctness of the candidate's answer:{CHAT_END}")
-    assert (
-        "A: CORRECT\nB: INCORRECT" in ctx["opencompass"]
-        and "\n A) Paris\n B) Rome\n C) Madrid\n D) Berlin\n" in ctx["opencompass"]
-    )
+    assert "A: CORRECT\nB: INCORRECT" in ctx["opencompass"] and "\n A) Paris\n B) Rome\n C) Madrid\n D) Berlin\n" in ctx["opencompass"]
     # lm-polygraph's prompt is the one Library reads (sleight.readout.ptrue.readouts), in the same user turn.
     assert template_text(SCORERS["lmpolygraph"]) == PTRUE_TEMPLATE
     _, rec = filled("lmpolygraph")
-    assert (
-        ctx["lmpolygraph"] == model.render_chat([{"role": "user", "content": ptrue_prompt(rec["question"], rec["answer"])}]).text
-    )
+    assert ctx["lmpolygraph"] == model.render_chat([{"role": "user", "content": ptrue_prompt(rec["question"], rec["answer"])}]).text
 
 
 def test_a_user_template_is_audited_as_given(tmp_path):
@@ -117,9 +110,7 @@ def test_a_user_template_is_audited_as_given(tmp_path):
     path.write_text("Rate it.\n\n{{Document}}\n\n{{Summary}}\n\n- Coherence:\n", encoding="utf-8")
     item = scorer_items("geval", template=path, limit=1)[0]
     rec = scorer_records(SCORERS["geval"])[0]
-    assert (
-        item.messages[0]["content"] == f"Rate it.\n\n{rec['document']}\n\n{rec['summary']}\n\n- Coherence:\n"
-    )  # read as is, trailing newline kept
+    assert item.messages[0]["content"] == f"Rate it.\n\n{rec['document']}\n\n{rec['summary']}\n\n- Coherence:\n"  # read as is, trailing newline kept
     bad = tmp_path / "bad.txt"
     bad.write_text("no placeholders here", encoding="utf-8")
     with pytest.raises(UserError, match=r"needs the placeholder\(s\) \{\{Document\}\}, \{\{Summary\}\}"):

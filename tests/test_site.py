@@ -63,17 +63,7 @@ def test_leaderboard_lists_every_model_and_sorts(judged, served, page):
     assert sorted(models) == sorted(expected) and len(models) == len(judged.runs)
     assert models == expected  # as written: sorted by flagged
     headers = page.eval("Array.from(document.querySelectorAll('#t-leaderboard thead th')).map(h => h.textContent)")
-    for col in (
-        "Model",
-        "Flag. %",
-        "Flag. (M.E.) %",
-        "Ign. %",
-        "Derail. %",
-        "Corr. %",
-        "Switch aware %",
-        "Δsurp. (nats)",
-        "Δent. (nats)",
-    ):
+    for col in ("Model", "Flag. %", "Flag. (M.E.) %", "Ign. %", "Derail. %", "Corr. %", "Switch aware %", "Δsurp. (nats)", "Δent. (nats)"):
         assert col in headers
     # click "Model": alphabetical; click again: reversed
     i = headers.index("Model")

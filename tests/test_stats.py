@@ -136,9 +136,7 @@ def test_cohen_kappa_matches_sklearn(seed: int) -> None:
     b = np.where(agree, a, rng.integers(0, k, n))
     assert cohen_kappa(a, b) == pytest.approx(metrics.cohen_kappa_score(a, b), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
     names = np.array(["yes", "no", "maybe", "skip", "other"])
-    assert cohen_kappa(names[a], names[b]) == pytest.approx(
-        metrics.cohen_kappa_score(names[a], names[b]), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL
-    )
+    assert cohen_kappa(names[a], names[b]) == pytest.approx(metrics.cohen_kappa_score(names[a], names[b]), rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
 
 
 def test_cohen_kappa_known_values() -> None:
@@ -298,9 +296,7 @@ def test_gathered_adapter_matches_native_weighted() -> None:
     counts = resample(n, B=300, seed=1, clusters=clusters).counts
     assert np.unique(counts.sum(axis=1)).size > 1  # replicate sizes differ
     for stat, arrays in [(auroc, (s, y)), (brier, (q, y)), (prr, (s, q))]:
-        np.testing.assert_allclose(
-            gathered(stat)(*arrays, weights=counts), stat(*arrays, weights=counts), rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL
-        )
+        np.testing.assert_allclose(gathered(stat)(*arrays, weights=counts), stat(*arrays, weights=counts), rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL)
     sample_mean = gathered(lambda x: x.mean(axis=-1))
     np.testing.assert_allclose(sample_mean(q, weights=counts), mean(q, weights=counts), rtol=FLOAT64_RTOL)
     assert sample_mean(q) == pytest.approx(q.mean())

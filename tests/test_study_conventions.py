@@ -116,12 +116,7 @@ def test_the_study_splice_spaces_capitalises_and_drops_the_rest(punct_tok, tok):
         assert t is not None and study_swap_text(t, "canoe") == want, piece
         s = find_pending_trigger(seq, cat, d, "the")
         assert s is not None and swap_text(s, "the", "canoe") == sleight_text
-    for piece, sub, want in (
-        (" The", "canoe", " Canoe"),
-        ("the", "canoe", "canoe"),
-        (" THE", "canoe", " Canoe"),
-        (" the", "Mandela effect", " Mandela effect"),
-    ):
+    for piece, sub, want in ((" The", "canoe", " Canoe"), ("the", "canoe", "canoe"), (" THE", "canoe", " Canoe"), (" the", "Mandela effect", " Mandela effect")):
         t = study(tok.encode("Hi\n") + [tok.one(piece)], None, tok.decode)
         assert t is not None and study_swap_text(t, sub) == want
 
@@ -131,13 +126,7 @@ def test_plan_substitution_is_encoded_alone_and_never_cut(model, tok):
     t = study(seq, None, tok.decode)
     sub = engine.plan_substitution(seq, t, "Mandela effect", model, TamperConfig(max_new_tokens=len(seq)))
     assert sub.ids == tuple(model.encode(" Mandela effect")) and len(sub.ids) == 2 and not sub.fallback
-    cut = engine.plan_substitution(
-        seq,
-        find_pending_trigger(seq, None, tok.decode, "the"),
-        "Mandela effect",
-        model,
-        TamperConfig(conventions="sleight", max_new_tokens=len(seq)),
-    )
+    cut = engine.plan_substitution(seq, find_pending_trigger(seq, None, tok.decode, "the"), "Mandela effect", model, TamperConfig(conventions="sleight", max_new_tokens=len(seq)))
     assert cut.ids == sub.ids[:1]
 
 
@@ -166,22 +155,12 @@ def test_top20_entropy_is_over_the_returned_candidates():
 
 def _reply(n, injected):
     k = 3
-    return Reply(
-        list(range(100, 100 + n)),
-        -np.arange(1.0, n + 1.0),
-        np.zeros((n, k), np.int64),
-        np.zeros((n, k), np.float32),
-        np.zeros(n, np.float32),
-        np.asarray(injected, bool),
-        "length",
-    )
+    return Reply(list(range(100, 100 + n)), -np.arange(1.0, n + 1.0), np.zeros((n, k), np.int64), np.zeros((n, k), np.float32), np.zeros(n, np.float32), np.asarray(injected, bool), "length")
 
 
 def test_adjacent_substitutions_are_two_swaps_with_two_windows(model):
     inj = [False, True, True, False, False, False]
-    trial = Trial(
-        0, "x", _reply(6, inj), [Substitution(1, (101,), "x", " the", 1, False), Substitution(2, (102,), "x", " the", 1, False)]
-    )
+    trial = Trial(0, "x", _reply(6, inj), [Substitution(1, (101,), "x", " the", 1, False), Substitution(2, (102,), "x", " the", 1, False)])
     assert trial_swaps(trial, STUDY) == [(1, 2), (2, 3)]
     assert trial_swaps(trial, SLEIGHT) == [(1, 3)]
 
@@ -235,12 +214,7 @@ def test_a_substitute_cut_by_the_budget_is_kept_whole(model, questions):
         assert r.finish_reason == "length" and len(r.logprobs) == budget + 1
         assert [(s.step, s.ids) for s in t.substitutions] == [(budget - 1, tuple(two))]
     assert np.abs(lock[0].reply.logprobs - tp[0].reply.logprobs).max() < LOGPROB_ATOL
-    cut = engine.batched_trials(
-        model,
-        engine.clean_run(model, rendered, TamperConfig(max_new_tokens=budget, conventions="sleight")),
-        ["Mandela effect"],
-        TamperConfig(max_new_tokens=budget, conventions="sleight"),
-    )
+    cut = engine.batched_trials(model, engine.clean_run(model, rendered, TamperConfig(max_new_tokens=budget, conventions="sleight")), ["Mandela effect"], TamperConfig(max_new_tokens=budget, conventions="sleight"))
     assert len(cut[0].reply.token_ids) == budget
 
 

@@ -61,13 +61,7 @@ def test_the_command_lines_settings_reach_each_tasks_job():
                          "chat_template_kwargs": {"enable_thinking": False}, "scorer": "twin"}  # fmt: skip
     plan = build_plan(config.models_config(["m.gguf"], 2, lambda m: "m"), Path("OUT"), overrides)
     job = plan.tasks[1].job
-    assert (job.model.model, job.shard, job.out, job.trials.questions, job.trials.trigger) == (
-        "m.gguf",
-        "2/2",
-        Path("OUT/m"),
-        3,
-        "a",
-    )
+    assert (job.model.model, job.shard, job.out, job.trials.questions, job.trials.trigger) == ("m.gguf", "2/2", Path("OUT/m"), 3, "a")
     assert (job.model.engine, job.model.tensor_parallel_size, job.model.scorer) == ("vllm", 2, "twin")
     assert plan.tasks[1].gpus == 2.0  # a GPU cluster gives the task its tensor-parallel GPUs
     with pytest.raises(UserError, match="m: engine 'hf' takes no quantization"):

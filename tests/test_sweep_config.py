@@ -58,12 +58,7 @@ def test_a_file_gives_subjects_specs_jury_and_report():
     job = plan.tasks[0].job  # what the worker receives: typed settings, not a command line
     assert job.out == Path("runs/x/a") and plan.tasks[0].gpus == 2.0 and not job.progress
     assert (job.trials.questions, job.trials.max_new_tokens) == (2, 32)  # the command line's over the file's
-    assert (job.model.engine, job.model.max_model_len, job.model.tensor_parallel_size, job.model.dtype) == (
-        "vllm",
-        4096,
-        2,
-        "bfloat16",
-    )
+    assert (job.model.engine, job.model.max_model_len, job.model.tensor_parallel_size, job.model.dtype) == ("vllm", 4096, 2, "bfloat16")
     assert pickle.loads(pickle.dumps(job)) == job  # a Ray worker gets it whole
 
 
@@ -83,18 +78,9 @@ def test_a_file_gives_subjects_specs_jury_and_report():
         (_cfg(run={"max_new_tokens": 0}), "run: --max-new-tokens must be at least 1"),
         (_cfg(pairs=[["a", "zz"]]), "pairs\\[1\\]: no subject named zz"),
         (_cfg(jury={"judges": [{"name": "j", "model": "m"}, {"name": "k", "model": "m"}]}), "judge 'm' appears twice"),
-        (
-            _cfg(jury={"judges": [{"name": "j", "model": "m", "lineage": "Q"}, {"name": "k", "model": "n", "lineage": "q"}]}),
-            "two judges of lineage 'q'",
-        ),
-        (
-            _cfg(jury={"judges": [{"name": "j", "model": "m", "endpoint": "http://h/v1", "quantization": "awq"}]}),
-            "endpoint judge is loaded by its server",
-        ),
-        (
-            _cfg(jury={"judges": [{"name": "j", "model": "m"}], "prompt": "default", "prompt_file": "p.yaml"}),
-            "prompt or prompt_file, not both",
-        ),
+        (_cfg(jury={"judges": [{"name": "j", "model": "m", "lineage": "Q"}, {"name": "k", "model": "n", "lineage": "q"}]}), "two judges of lineage 'q'"),
+        (_cfg(jury={"judges": [{"name": "j", "model": "m", "endpoint": "http://h/v1", "quantization": "awq"}]}), "endpoint judge is loaded by its server"),
+        (_cfg(jury={"judges": [{"name": "j", "model": "m"}], "prompt": "default", "prompt_file": "p.yaml"}), "prompt or prompt_file, not both"),
         (_cfg(gpu={"memory_gib": "lots"}), "gpu: memory_gib must be a number"),
     ],
 )
@@ -137,10 +123,7 @@ def test_the_estimate_is_the_cost_model_of_docs_engines():
     big = config.Model("big", ModelSpec("org/big", engine="vllm"), params_b=70.0)
     assert not memory.estimate(big, big.spec, 256, 1, 1, 1, config.Gpu("A6000", 48.0, 768.0)).fits
     # no parameter count: no estimate, said so; the hf engine has no cost model here
-    assert (
-        memory.estimate(config.Model("x", ModelSpec("x")), ModelSpec("x"), 256, 1, 1, 1, gpu).note
-        == "give params_b for an estimate"
-    )
+    assert memory.estimate(config.Model("x", ModelSpec("x")), ModelSpec("x"), 256, 1, 1, 1, gpu).note == "give params_b for an estimate"
     assert memory.estimate(m, ModelSpec("org/m"), 256, 1, 1, 1, gpu).task_s is None
 
 
@@ -151,13 +134,7 @@ def test_the_shipped_study_file_dry_runs_its_19_models_without_loading_one():
         "heavy = sorted(m for m in ('torch', 'transformers', 'vllm', 'ray') if m in sys.modules)\n"
         "print('RC', rc, 'HEAVY', heavy)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
-    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     out = proc.stdout
     assert proc.returncode == 0 and "RC 0 HEAVY []" in out, out + proc.stderr
     assert "sweep plan from study (shipped): 19 model(s), 19 task(s), runs in runs/study" in out
@@ -166,17 +143,11 @@ def test_the_shipped_study_file_dry_runs_its_19_models_without_loading_one():
     assert len(cfg.subjects) == 19 and len({m.model for m in cfg.subjects}) == 19
     # the study's settings (Sleight-of-Word 08d2bae: configs/leaderboard.yaml, awareness ModelSpec and run_model)
     by = {m.name: m for m in cfg.subjects}
-    assert all(
-        m.spec.engine == "vllm" and m.spec.dtype == "auto" and m.spec.enforce_eager and m.spec.scorer == "engine"
-        for m in cfg.subjects
-    )
+    assert all(m.spec.engine == "vllm" and m.spec.dtype == "auto" and m.spec.enforce_eager and m.spec.scorer == "engine" for m in cfg.subjects)
     assert by["qwen2.5-72b-awq"].spec.gpu_memory_utilization == 0.96 and by["qwen2.5-72b-awq"].spec.max_model_len == 2048
     assert by["phi-4"].spec.quantization == "bitsandbytes" and by["gpt-oss-20b"].spec.quantization is None
     assert by["magistral-small-24b"].spec.limit_mm_per_prompt == {"image": 0}
-    assert sum(m.thinking_capable for m in cfg.subjects) == 11 and cfg.pairs == (
-        ("magistral-small-24b", "mistral-small-24b"),
-        ("deepseek-r1-distill-32b", "qwen2.5-32b-awq"),
-    )
+    assert sum(m.thinking_capable for m in cfg.subjects) == 11 and cfg.pairs == (("magistral-small-24b", "mistral-small-24b"), ("deepseek-r1-distill-32b", "qwen2.5-32b-awq"))
     assert "fits: all 19 model(s) with an estimate fit one RTX A6000 (48 GiB)" in out and "NO" not in out
     for m in cfg.subjects:
         row = next(line for line in out.splitlines() if line.strip().startswith(m.name + " "))
@@ -184,11 +155,7 @@ def test_the_shipped_study_file_dry_runs_its_19_models_without_loading_one():
     assert "trials: 191,900 in all" in out and "GPU-hours of subjects" in out
     jury = cfg.jury
     assert jury is not None and [j.lineage for j in jury.judges] == ["Gemma", "Qwen", "Llama"]
-    assert [j.spec.chat_template_kwargs for j in jury.judges] == [
-        {},
-        {"enable_thinking": False},
-        {},
-    ]  # Qwen3.6 judged with thinking off
+    assert [j.spec.chat_template_kwargs for j in jury.judges] == [{}, {"enable_thinking": False}, {}]  # Qwen3.6 judged with thinking off
     assert "jury: 3 judges, prompt file study-judge.py" in out and "dry run: nothing loaded, nothing written" in out
 
 
@@ -226,11 +193,7 @@ def test_a_two_model_cpu_sweep_runs_subjects_jury_and_report(tmp_path):
             {"name": "smollm2", "model": DEFAULT_MODEL, "params_b": 0.135},
             {"name": "smollm2-gguf", "model": gguf, "dtype": "bfloat16"},  # the same weights, another spec and dtype
         ],
-        "jury": {
-            "judges": [{"name": "smollm2-judge", "model": DEFAULT_MODEL, "lineage": "SmolLM"}],
-            "prompt_file": str(prompt),
-            "vote": "slots",
-        },
+        "jury": {"judges": [{"name": "smollm2-judge", "model": DEFAULT_MODEL, "lineage": "SmolLM"}], "prompt_file": str(prompt), "vote": "slots"},
         "report": {"out": str(tmp_path / "report"), "site": False},
     }
     path = tmp_path / "sweep.yaml"
@@ -244,9 +207,7 @@ def test_a_two_model_cpu_sweep_runs_subjects_jury_and_report(tmp_path):
         )  # fmt: skip
 
     dry = run("--dry-run")
-    assert dry.returncode == 0 and "2 model(s), 2 task(s)" in dry.stdout and "jury: a jury of one" in dry.stdout, (
-        dry.stdout + dry.stderr
-    )
+    assert dry.returncode == 0 and "2 model(s), 2 task(s)" in dry.stdout and "jury: a jury of one" in dry.stdout, dry.stdout + dry.stderr
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
     proc = run()

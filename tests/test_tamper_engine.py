@@ -37,9 +37,7 @@ def test_batched_trials_equal_one_trial_at_a_time(model, questions, conventions)
     k = clean.triggers[0].start
     # (study conventions: a kept end-of-turn token and a substitute's tokens past the budget are
     # recorded by a scoring pass, not decoded)
-    kept = sum(
-        len(t.reply.token_ids) - k - t.reply.eos_kept - max(0, len(t.reply.token_ids) - cfg.max_new_tokens) for t in batched
-    )
+    kept = sum(len(t.reply.token_ids) - k - t.reply.eos_kept - max(0, len(t.reply.token_ids) - cfg.max_new_tokens) for t in batched)
     assert kept <= sum(fed) <= kept + sum(s.trigger_tokens for t in batched for s in t.substitutions[1:])
     for sub, trial in zip(subs, batched):
         alone = serial_trial(model, rendered, sub, cfg)
@@ -67,14 +65,10 @@ def test_trigger_at_the_budget_end_is_swapped_and_cut_to_the_budget(model, quest
     assert "mountain" in model.decode(probe.reply.token_ids).lower()
     mounts = [t for t in probe.triggers if t.word == "Mount"]
     assert mounts, model.decode(probe.reply.token_ids)
-    cfg = TamperConfig(
-        trigger="mount", max_new_tokens=mounts[0].end, conventions="sleight"
-    )  # the study's: test_study_conventions
+    cfg = TamperConfig(trigger="mount", max_new_tokens=mounts[0].end, conventions="sleight")  # the study's: test_study_conventions
     clean = clean_run(model, rendered, cfg)
     assert clean.reply.finish_reason == "length" and clean.triggers[-1].end == cfg.max_new_tokens
-    for trial in batched_trials(model, clean, ["Mandela effect", "bookshelf"], cfg) + [
-        serial_trial(model, rendered, "Mandela effect", cfg)
-    ]:
+    for trial in batched_trials(model, clean, ["Mandela effect", "bookshelf"], cfg) + [serial_trial(model, rendered, "Mandela effect", cfg)]:
         r = trial.reply
         assert len(r.token_ids) == cfg.max_new_tokens  # never exceeded
         assert r.injected[-1] and not r.injected[:-1].any()

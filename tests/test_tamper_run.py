@@ -32,33 +32,15 @@ TRIGGER_RE = re.compile(r"(?<![^\W\d_])the(?![^\W\d_]|['\u2019])", re.IGNORECASE
 
 
 def _cli(out: Path, qfile: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "sleight.cli.main",
-        "tamper",
-        "run",
-        "--questions-file",
-        str(qfile),
-        "--substitutes",
-        str(N_SUBS),
-        "--max-new-tokens",
-        str(BUDGET),
-        "--out",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+    return [sys.executable, "-m", "sleight.cli.main", "tamper", "run", "--questions-file", str(qfile), "--substitutes", str(N_SUBS),
+            "--max-new-tokens", str(BUDGET), "--out", str(out), "--no-progress", *extra]
 
 
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     """Start a run, SIGKILL it as soon as its first question is committed, start it again."""
     tmp = tmp_path_factory.mktemp("tamper_run")
-    shipped = {
-        json.loads(line)["id"]: line
-        for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()
-    }
+    shipped = {json.loads(line)["id"]: line for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()}
     qfile = tmp / "questions.jsonl"
     qfile.write_text("".join(shipped[q] + "\n" for q in QUESTION_IDS))
     out = tmp / "run"
@@ -76,14 +58,7 @@ def killed_and_resumed(tmp_path_factory):
     first = {p.name: p.stat().st_mtime_ns for p in sorted((out / "trials.parquet").glob("*.parquet"))}
     manifest_after_kill = load_manifest(out)
     rerun = subprocess.run(_cli(out, qfile), env=env, capture_output=True, text=True, timeout=600)
-    return {
-        "out": out,
-        "qfile": qfile,
-        "killed_rc": proc.returncode,
-        "first": first,
-        "manifest_after_kill": manifest_after_kill,
-        "rerun": rerun,
-    }
+    return {"out": out, "qfile": qfile, "killed_rc": proc.returncode, "first": first, "manifest_after_kill": manifest_after_kill, "rerun": rerun}
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +121,7 @@ def test_replies_budget_swaps_and_untouched(run_dir):
         steps, ids = list(t["swap_steps"]), [list(x) for x in t["swap_ids"]]
         assert len(t["token_ids"]) == len(inj) == t["n_tokens"] <= BUDGET + max([len(x) - 1 for x in ids], default=0)
         assert t["n_swaps"] == len(steps) == t["n_substitutions"] and set(a for a, _ in _runs(inj)) <= set(steps)
-        assert ids == [list(t["token_ids"][a : a + len(x)]) for a, x in zip(steps, ids)] and all(
-            inj[a : a + len(x)].all() for a, x in zip(steps, ids)
-        )
+        assert ids == [list(t["token_ids"][a : a + len(x)]) for a, x in zip(steps, ids)] and all(inj[a : a + len(x)].all() for a, x in zip(steps, ids))
         assert inj.sum() == sum(len(x) for x in ids)
         assert t["is_entity"] == (t["substitute_index"] == 0)
         c = clean.loc[t["question_id"]]
@@ -178,10 +151,7 @@ def test_stored_surprisal_matches_an_independent_forward_pass(model, run_dir):
     clean, trials = load_clean(run_dir), load_trials(run_dir)
     for _, c in clean.iterrows():
         rows = [(c["token_ids"], np.zeros(len(c["token_ids"]), bool), c["surprisal"], c["logprobs"])]
-        rows += [
-            (t["token_ids"], np.asarray(t["injected"], bool), t["surprisal"], t["logprobs"])
-            for _, t in trials[trials.question_id == c["question_id"]].iterrows()
-        ]
+        rows += [(t["token_ids"], np.asarray(t["injected"], bool), t["surprisal"], t["logprobs"]) for _, t in trials[trials.question_id == c["question_id"]].iterrows()]
         # One plain forward pass over prompt + stored tokens per row (the prompt computed once).
         lps = model.continuation_logprobs(model.encode(c["rendered_prompt"]), [[int(x) for x in r[0]] for r in rows])
         for (_ids, inj, surprisal, logprobs), lp in zip(rows, lps):
@@ -204,11 +174,7 @@ def test_delta_columns_recompute_from_the_stored_lists(run_dir):
         inj = list(t["injected"])
         steps = list(t["swap_steps"])
         n = len(inj)
-        for sig, col in (
-            ("surprisal", "delta_surprisal"),
-            ("entropy_top20", "delta_entropy"),
-            ("entropy_full", "delta_entropy_full"),
-        ):
+        for sig, col in (("surprisal", "delta_surprisal"), ("entropy_top20", "delta_entropy"), ("entropy_full", "delta_entropy_full")):
             vals, cvals = list(t[sig]), [float(x) for x in c[sig]]
             if not steps:
                 assert pd.isna(t[col]) and pd.isna(t[col + "_matched"])
@@ -226,12 +192,8 @@ def test_delta_columns_recompute_from_the_stored_lists(run_dir):
                 base += cvals[e : min(e + width, stop)]
             want = np.mean(study) - np.mean(cvals) if study else None
             want_m = np.mean(matched) - np.mean(base) if matched and base else None
-            assert pd.isna(t[col]) if want is None else np.isclose(t[col], want, atol=FLOAT32_STORED_ATOL), (col, t[col], want)
-            assert (
-                pd.isna(t[col + "_matched"])
-                if want_m is None
-                else np.isclose(t[col + "_matched"], want_m, atol=FLOAT32_STORED_ATOL)
-            )
+            assert (pd.isna(t[col]) if want is None else np.isclose(t[col], want, atol=FLOAT32_STORED_ATOL)), (col, t[col], want)
+            assert (pd.isna(t[col + "_matched"]) if want_m is None else np.isclose(t[col + "_matched"], want_m, atol=FLOAT32_STORED_ATOL))
 
 
 def _runs(flags: np.ndarray):

@@ -26,9 +26,7 @@ def test_entropy_of_top_k_is_renormalised():
     assert np.allclose(entropy_top(uniform), math.log(k))
     peaked = np.array([[0.0] + [-50.0] * (k - 1)])
     z = math.log1p((k - 1) * math.exp(-50))  # -log p of the peak; the 19 others have p = e^(-50 - z)
-    assert entropy_top(peaked)[0] == pytest.approx(
-        z * math.exp(-z) + (k - 1) * (50 + z) * math.exp(-50 - z), rel=FLOAT64_RTOL
-    )  # ~2e-19, not 0
+    assert entropy_top(peaked)[0] == pytest.approx(z * math.exp(-z) + (k - 1) * (50 + z) * math.exp(-50 - z), rel=FLOAT64_RTOL)  # ~2e-19, not 0
     lp = np.log(np.array([[0.5, 0.25, 0.125, 0.125]]))
     assert np.isclose(entropy_top(lp)[0], -(0.5 * math.log(0.5) + 0.25 * math.log(0.25) + 2 * 0.125 * math.log(0.125)))
 
@@ -78,11 +76,7 @@ def test_trial_deltas_match_a_plain_loop():
             pooled += list(values[e : min(e + width, stop)])
         return sum(pooled) / len(pooled)
 
-    for sig, col in (
-        ("surprisal", "delta_surprisal"),
-        ("entropy_top20", "delta_entropy"),
-        ("entropy_full", "delta_entropy_full"),
-    ):
+    for sig, col in (("surprisal", "delta_surprisal"), ("entropy_top20", "delta_entropy"), ("entropy_full", "delta_entropy_full")):
         assert np.isclose(got[col], loop(trial[sig], True) - clean[sig].mean())
         assert np.isclose(got[col + "_matched"], loop(trial[sig], False) - clean_base(clean[sig]))
     none = trial_deltas(trial, np.zeros(n, dtype=bool), [], clean, c_starts, c_ends, width)

@@ -79,11 +79,7 @@ def test_case_pattern(tok):
 
 def test_trigger_split_over_several_tokens(tok):
     ctx = tok.encode("I said")
-    for parts, word, swapped in (
-        ([" T", "HE"], "THE", " CANOE"),
-        ([" t", "He"], "tHe", " canoe"),
-        ([" th", "e"], "the", " canoe"),
-    ):
+    for parts, word, swapped in (([" T", "HE"], "THE", " CANOE"), ([" t", "He"], "tHe", " canoe"), ([" th", "e"], "the", " canoe")):
         seq = ctx + [tok.one(p) for p in parts]
         assert tok.decode(seq) == "I said" + "".join(parts)
         # While the word is still open, nothing is pending.

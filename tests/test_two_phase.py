@@ -34,13 +34,7 @@ def both(model, question, cfg, subs=SUBS):
     rendered = engine.render_question(model, question)
     clean_l = engine.clean_run(model, rendered, cfg)
     clean_t = two_phase.clean_run(model, rendered, cfg)
-    return (
-        rendered,
-        clean_l,
-        clean_t,
-        engine.batched_trials(model, clean_l, subs, cfg),
-        two_phase.batched_trials(model, clean_t, subs, cfg),
-    )
+    return rendered, clean_l, clean_t, engine.batched_trials(model, clean_l, subs, cfg), two_phase.batched_trials(model, clean_t, subs, cfg)
 
 
 def test_stop_list_is_the_whole_word_tokens(model):
@@ -72,9 +66,7 @@ def test_two_phase_equals_lockstep_and_the_reference(model, questions):
 @pytest.mark.parametrize("conventions", ["study", "sleight"])
 def test_trigger_at_the_budget_end(model, questions, conventions):
     # q011 with trigger "mount": the budget ends on " Mount", whose look-ahead is the reply's end.
-    probe = engine.clean_run(
-        model, engine.render_question(model, questions["q011"]), engine.TamperConfig(trigger="mount", max_new_tokens=12)
-    )
+    probe = engine.clean_run(model, engine.render_question(model, questions["q011"]), engine.TamperConfig(trigger="mount", max_new_tokens=12))
     mount = [t for t in probe.triggers if t.word == "Mount"][0]
     cfg = engine.TamperConfig(trigger="mount", max_new_tokens=mount.end, conventions=conventions)
     _, _, clean_t, lock, tp = both(model, questions["q011"], cfg, ["Mandela effect", "bookshelf"])
@@ -83,7 +75,7 @@ def test_trigger_at_the_budget_end(model, questions, conventions):
         assert_same_reply(a.reply, b.reply)
         # sleight: cut to the budget; study: the substitute whole, ending at or past it
         n = len(b.reply.token_ids)
-        assert n == cfg.max_new_tokens if conventions == "sleight" else n == cfg.max_new_tokens - 1 + len(b.substitutions[-1].ids)
+        assert (n == cfg.max_new_tokens if conventions == "sleight" else n == cfg.max_new_tokens - 1 + len(b.substitutions[-1].ids))
         assert b.reply.injected[-1]
 
 
@@ -117,13 +109,7 @@ def test_the_detector_decides_not_the_stop_list(model, questions, monkeypatch):
 
 def test_argmax_disagreements_are_counted_on_model_chosen_tokens_only():
     k = 3
-    s = Scored(
-        [5, 6, 7, 8],
-        np.zeros(4),
-        np.array([[5, 1, 2], [9, 6, 1], [1, 7, 2], [3, 8, 1]]),
-        np.zeros((4, k), np.float32),
-        np.zeros(4, np.float32),
-    )
+    s = Scored([5, 6, 7, 8], np.zeros(4), np.array([[5, 1, 2], [9, 6, 1], [1, 7, 2], [3, 8, 1]]), np.zeros((4, k), np.float32), np.zeros(4, np.float32))
     reply, n = two_phase._reply(s, [False, False, True, False], "stop")
     assert n == 2  # positions 1 and 3; position 2 is injected (never the argmax)
     assert reply.injected.tolist() == [False, False, True, False] and reply.finish_reason == "stop"

@@ -203,9 +203,7 @@ def test_tamper_run_on_vllm_scores_its_own_tokens_like_the_hf_engine(vmodel, mod
     for (_, a), (_, b) in zip(hf.iterrows(), vl.iterrows()):
         assert list(a["token_ids"]) == list(b["token_ids"]) and a["n_swaps"] == b["n_swaps"]
         np.testing.assert_allclose(np.asarray(b["logprobs"], float), np.asarray(a["logprobs"], float), atol=LOGPROB_ATOL)
-        np.testing.assert_allclose(
-            np.asarray(b["entropy_top20"], float), np.asarray(a["entropy_top20"], float), atol=ENTROPY_ATOL
-        )
+        np.testing.assert_allclose(np.asarray(b["entropy_top20"], float), np.asarray(a["entropy_top20"], float), atol=ENTROPY_ATOL)
         for col in ("delta_surprisal", "delta_entropy"):
             assert (a[col] is None or np.isnan(a[col])) == (b[col] is None or np.isnan(b[col])), col
             if a[col] is not None and not np.isnan(a[col]):
@@ -223,6 +221,4 @@ def test_readout_ptrue_on_vllm_equals_hf(vmodel, model, tmp_path):
     key = lambda r: (r["setting"], r["item_id"], r["answer_source"], r["readout"], r["answer"])  # noqa: E731
     assert len(a) == len(b) > 0 and [key(r) for r in a] == [key(r) for r in b]
     for col, tol in (("score", LOGPROB_ATOL), ("option_mass", MASS_ATOL)):  # the Library readout's score is a log-prob
-        np.testing.assert_allclose(
-            np.array([r[col] for r in b], float), np.array([r[col] for r in a], float), atol=tol, err_msg=col
-        )
+        np.testing.assert_allclose(np.array([r[col] for r in b], float), np.array([r[col] for r in a], float), atol=tol, err_msg=col)

@@ -37,10 +37,7 @@ def run(argv: list[str], engine: str) -> None:
 
 @pytest.mark.slow
 def test_tamper_run_two_phase_on_vllm_equals_hf_lockstep(tmp_path):
-    shipped = {
-        json.loads(line)["id"]: line
-        for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()
-    }
+    shipped = {json.loads(line)["id"]: line for line in Path(__file__).parents[1].joinpath("src/sleight/data/sleight_questions.jsonl").read_text().splitlines()}
     qfile = tmp_path / "q.jsonl"
     qfile.write_text("".join(shipped[q] + "\n" for q in TAMPER_QUESTIONS))
     runs = {}
