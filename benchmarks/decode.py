@@ -174,13 +174,13 @@ def minimal_loop(model, prompt, batch, steps, tick) -> None:
     (no records, no hooks); a row leaves at end-of-sequence."""
     import torch
 
-    from sleight.backends.hf import _repeat_cache, _select_cache
+    from sleight.backends.cache_ops import repeat_cache, select_cache
 
     hf = model.model
     eos = torch.tensor(sorted(model.eos_ids))
     with torch.inference_mode():
         out = hf(input_ids=torch.tensor([prompt[:-1]]), use_cache=True, logits_to_keep=1)
-        cache = _repeat_cache(out.past_key_values, batch, copy=False)
+        cache = repeat_cache(out.past_key_values, batch, copy=False)
         n = len(prompt) - 1
         feed = torch.tensor([[prompt[-1]]] * batch)
         mask = torch.ones((batch, n + 1), dtype=torch.long)
@@ -194,7 +194,7 @@ def minimal_loop(model, prompt, batch, steps, tick) -> None:
                 break
             if not bool(keep.all()):
                 idx = keep.nonzero()[:, 0]
-                cache = _select_cache(cache, idx)
+                cache = select_cache(cache, idx)
                 mask, nxt = mask[idx], nxt[idx]
             feed = nxt[:, None]
             mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=torch.long)], 1)
@@ -206,13 +206,13 @@ def replay_loop(model, prompt, rows, tick) -> None:
     hit the budget all but its last); ``tick`` counts the reply tokens produced."""
     import torch
 
-    from sleight.backends.hf import _repeat_cache, _select_cache
+    from sleight.backends.cache_ops import repeat_cache, select_cache
 
     hf = model.model
     feeds = [list(toks) if fin == "stop" else list(toks[:-1]) for toks, fin in rows]
     with torch.inference_mode():
         out = hf(input_ids=torch.tensor([prompt[:-1]]), use_cache=True, logits_to_keep=1)
-        cache = _repeat_cache(out.past_key_values, len(rows), copy=False)
+        cache = repeat_cache(out.past_key_values, len(rows), copy=False)
         live = list(range(len(rows)))
         nxt = [prompt[-1]] * len(rows)
         mask = torch.ones((len(rows), len(prompt)), dtype=torch.long)
@@ -228,7 +228,7 @@ def replay_loop(model, prompt, rows, tick) -> None:
                 break
             if len(keep) < len(live):
                 idx = torch.tensor(keep)
-                cache = _select_cache(cache, idx)
+                cache = select_cache(cache, idx)
                 mask = mask[idx]
                 live = [live[b] for b in keep]
             nxt = [feeds[r][step] for r in live]

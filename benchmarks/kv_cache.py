@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from sleight.backends import load_model
-    from sleight.backends.hf import _repeat_cache
+    from sleight.backends.cache_ops import repeat_cache
     from sleight.backends.kv_slab import SlabCache
     from sleight.backends.ragged import Prefix, RaggedCache
     from sleight.cli.main import quiet_libraries
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     m = load_model()
     rows, cols = args.rows, args.columns
     ids = torch.randint(100, 5000, (1, cols), generator=torch.Generator().manual_seed(0))
-    _, base = m._forward(ids, torch.ones_like(ids), torch.arange(cols)[None], SlabCache(), last_only=True)
+    _, base = m.forward(ids, torch.ones_like(ids), torch.arange(cols)[None], SlabCache(), last_only=True)
     kv = [(layer.keys.clone(), layer.values.clone()) for layer in base.layers]
     holes = torch.ones((rows, cols), dtype=torch.long)
     if args.holes:
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def rect(new, mask):
         def run():
-            _, cache = m._forward(ids, torch.ones_like(ids), torch.arange(cols)[None], new(), last_only=True)
-            cache = _repeat_cache(cache, rows)
-            return lambda feed, k: m._forward(feed, torch.cat([mask, torch.ones((rows, k + 1), dtype=torch.long)], 1),
+            _, cache = m.forward(ids, torch.ones_like(ids), torch.arange(cols)[None], new(), last_only=True)
+            cache = repeat_cache(cache, rows)
+            return lambda feed, k: m.forward(feed, torch.cat([mask, torch.ones((rows, k + 1), dtype=torch.long)], 1),
                                               torch.full((rows, 1), cols + k), cache, last_only=True)[0]
         return run
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             def step(feed, k):
                 pos = torch.tensor(cache.positions())[:, None]
                 cache.begin_step()
-                out = m._forward(feed, None, pos, cache, last_only=True)[0]
+                out = m.forward(feed, None, pos, cache, last_only=True)[0]
                 cache.end_step()
                 return out
             return step

@@ -164,13 +164,15 @@ def vllm_sweep(v, questions, subs, cfg, qsrc: str, ssrc: str, out: Path) -> tupl
     vLLM scoring its own tokens), question by question (vLLM batches a question's requests itself),
     as ``sleight tamper run --engine vllm --decoding two-phase`` runs it. Returns (wall seconds,
     reply tokens)."""
+    from sleight.backends import spec_of
+    from sleight.tamper.job import plan_run
     from sleight.tamper.runner import run_tamper
 
     shutil.rmtree(out, ignore_errors=True)
     reset_peak_rss()
     t0 = time.perf_counter()
-    s = run_tamper(v, questions, subs, out, cfg, question_source=qsrc, substitute_source=ssrc, progress=True,
-                   decoding="two-phase", schedule="question")
+    prep = plan_run(spec_of(v), questions, subs, out, cfg, sources=(qsrc, ssrc), decoding="two-phase")
+    s = run_tamper(v, prep, progress=True, schedule="question")
     wall = time.perf_counter() - t0
     print(f"\n== two-phase on vLLM-CPU: {wall:.1f} s, {s.trials / wall:.2f} trials/s, {s.tokens / wall:.1f} tok/s ({s.tokens} tokens); "
           f"projected full sweep {FULL_TRIALS / (s.trials / wall) / 60:.1f} min; prefix cache {v.engine_stats()}", flush=True)
@@ -218,12 +220,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import sleight.backends.hf as hf
-    from sleight.backends import load_model
+    import sleight.backends.decode_stream as decode_stream
+    from sleight.backends import load_model, spec_of
     from sleight.cli.main import quiet_libraries
     from sleight.progress import SweepProgress
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.engine import TamperConfig, render_question
+    from sleight.tamper.job import plan_run
     from sleight.tamper.runner import run_tamper
     from sleight.tamper.store import RunStore, load_manifest
 
@@ -236,12 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     subs, ssrc = load_substitutes(limit=args.substitutes)
     cfg = TamperConfig(max_new_tokens=args.max_new_tokens)
     timers = Timers()
-    timers.wrap(model, "_forward", "forward passes")
-    timers.wrap(hf, "_position_records", "records (log-softmax, top-20, entropy)")
-    timers.wrap(hf._DecodeState, "choose", "hook and book-keeping")
+    timers.wrap(model, "forward", "forward passes")
+    timers.wrap(decode_stream, "position_records", "records (log-softmax, top-20, entropy)")
+    timers.wrap(decode_stream.DecodeState, "choose", "hook and book-keeping")
     timers.wrap(RunStore, "commit", "committing results")
-    timers.wrap(hf.GreedyStream, "_admit_ragged", "admitting rows (their forward passes too)")
-    timers.wrap(hf.RaggedCache, "begin_step", "ragged cache: masks, zeroing ahead")
+    timers.wrap(decode_stream.GreedyStream, "_admit_ragged", "admitting rows (their forward passes too)")
+    timers.wrap(decode_stream.RaggedCache, "begin_step", "ragged cache: masks, zeroing ahead")
     count = SweepProgress.tokens
 
     def tokens(self: SweepProgress, n: int) -> None:
@@ -265,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         timers.reset()
         reset_peak_rss()
         t0 = time.perf_counter()
-        s = run_tamper(model, questions, subs, out, cfg, question_source=qsrc, substitute_source=ssrc, progress=True,
-                       schedule=order, live_rows=live or len(subs))
+        prep = plan_run(spec_of(model), questions, subs, out, cfg, sources=(qsrc, ssrc))
+        s = run_tamper(model, prep, progress=True, schedule=order, live_rows=live or len(subs))
         wall = time.perf_counter() - t0
         runs[name], walls[name], counted[name] = out, wall, s.tokens
         trials = s.trials

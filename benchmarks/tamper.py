@@ -37,10 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-trials", type=int, default=10_100, help="trials of the full sweep, for the projection")
     args = ap.parse_args(argv)
 
-    from sleight.backends import load_model
+    from sleight.backends import load_model, spec_of
     from sleight.cli.main import quiet_libraries
     from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.engine import TamperConfig, render_question
+    from sleight.tamper.job import plan_run
     from sleight.tamper.reference import reference_trial
     from sleight.tamper.runner import run_tamper
     from sleight.tamper.store import load_trials
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        summary = run_tamper(model, questions, subs, Path(tmp) / "run", config, progress=False)
+        summary = run_tamper(model, plan_run(spec_of(model), questions, subs, Path(tmp) / "run", config), progress=False)
         eng_s = time.perf_counter() - t0
         trials = load_trials(Path(tmp) / "run")
         stored_bytes = sum(p.stat().st_size for p in (Path(tmp) / "run" / "trials.parquet").glob("*.parquet"))

@@ -28,7 +28,7 @@ def model():
 # start engines of their own processes (vLLM's engine and OpenAI server, a local Ray cluster) are one
 # unit together, run one after another as in a serial run (never two such engines side by side on
 # the CPUs), and go first: the longest unit starts while the other worker takes the rest.
-ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_vllm_server.py")
+ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_vllm_server.py", "test_served.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -136,15 +136,15 @@ def test_continuation_logprob_is_the_sum_of_one_forward_pass(model, rendered):
 
 
 def test_forked_prefix_matches_recomputation(model, rendered):
-    from sleight.backends.hf import _repeat_cache
+    from sleight.backends.cache_ops import repeat_cache
 
     prefix = rendered[2]
     tails = [model.encode(" Sure"), model.encode(" Photosynthesis is"), model.encode(" It")]
     with torch.inference_mode():
         ids = torch.tensor([prefix])
         out = model.model(ids, use_cache=True)
-        cache = _repeat_cache(out.past_key_values, len(tails))
-        tid, tmask, _ = model._padded(tails, "right")
+        cache = repeat_cache(out.past_key_values, len(tails))
+        tid, tmask, _ = model.padded(tails, "right")
         mask = torch.cat([torch.ones((len(tails), len(prefix)), dtype=torch.long), tmask], 1)
         pos = len(prefix) + torch.arange(tid.shape[1]).expand(len(tails), -1)
         forked = model.model(input_ids=tid, attention_mask=mask, position_ids=pos, past_key_values=cache).logits

@@ -235,23 +235,14 @@ def test_thinking_and_chat_template_kwargs_flags_reach_the_rendering(ops):
     assert f"Today Date: {DATE}\n\n" in llama.render_chat(user(), prefill=STEM).text
 
 
-def test_model_from_args_passes_the_template_kwargs_to_load_model(monkeypatch):
-    """The one place every command turns its flags into a model hands the kwargs to the engine."""
-    from sleight.backends import hf
+def test_model_from_args_passes_the_template_kwargs_to_load_model():
+    """The one place every command turns its flags into a model hands the kwargs to the engine: the
+    bundled model loaded from the flags renders with them and records them."""
     from sleight.cli.common import model_from_args
 
-    seen: dict = {}
-
-    class Recorder:
-        def __init__(self, resolved, **kwargs):
-            seen.update(kwargs)
-
-    monkeypatch.setattr(hf, "HFModel", Recorder)
-    model_from_args(parse("--thinking", "off", "--chat-template-kwargs", json.dumps({"date_string": DATE})))
-    assert seen["chat_template_kwargs"] == {"date_string": DATE, "enable_thinking": False}
-    seen.clear()
-    model_from_args(parse())
-    assert seen["chat_template_kwargs"] == {}
+    model = model_from_args(parse("--thinking", "off", "--chat-template-kwargs", json.dumps({"date_string": DATE})))
+    assert model.info.chat_template_kwargs == {"date_string": DATE, "enable_thinking": False}
+    assert model_from_args(parse()).info.chat_template_kwargs == {}
 
 
 @pytest.mark.parametrize(

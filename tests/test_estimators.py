@@ -82,7 +82,8 @@ def stats(model, decoded):
 def test_records_equal_an_independent_teacher_forced_pass(model, decoded):
     items, prompts, gens, toks = decoded
     eos = min(model.eos_ids)
-    assert [model.decode(g.token_ids) for g in gens] == [a.text for a in greedy_answers(model, items, TOKENS)]
+    # the estimators' greedy decode has no newline stop (the ptrue answer step's POLYGRAPH_STOP; issue 34 item 7)
+    assert [model.decode(g.token_ids) for g in gens] == [a.text for a in greedy_answers(model, items, TOKENS, stop=())]
     for p, g, t in zip(prompts, gens, toks):
         assert list(t.token_ids[: len(g.token_ids)]) == list(g.token_ids)
         assert t.ended == (g.finish_reason == "stop") and (t.token_ids[-1] == eos) == t.ended

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sleight.backends import Edit
-from sleight.backends.hf import _RETRACT_WINDOW, _DecodeState, _position_records
+from sleight.backends.decode_state import RETRACT_WINDOW, DecodeState, position_records
 from tolerances import float32_reorder_atol
 
 VOCAB = 8
@@ -15,7 +15,7 @@ VOCAB = 8
 
 def records(batch: int, seed: int, top_k: int = 3):
     g = torch.Generator().manual_seed(seed)
-    return _position_records(torch.randn((batch, VOCAB), generator=g), top_k)
+    return position_records(torch.randn((batch, VOCAB), generator=g), top_k)
 
 
 def test_greedy_is_argmax_read_off_the_top_k():
@@ -23,13 +23,13 @@ def test_greedy_is_argmax_read_off_the_top_k():
     logits = torch.randn((4, VOCAB), generator=torch.Generator().manual_seed(1))
     logits[2, 6] = logits[2, 3] = logits[2].max() + 1
     for k in (0, 1, 3):
-        rec = _position_records(logits, k)
+        rec = position_records(logits, k)
         assert rec.greedy() == logits.argmax(-1).tolist() and rec.greedy()[2] == 3
 
 
 def test_position_records_formula():
     logits = torch.randn((2, 5, VOCAB), generator=torch.Generator().manual_seed(0))
-    rec = _position_records(logits, 3)
+    rec = position_records(logits, 3)
     lp = torch.log_softmax(logits.float(), dim=-1)
     assert torch.equal(rec.lp, lp)
     # one fused dot product a position: the spelled-out sum to float32 rounding (8 terms <= log 8)
@@ -38,19 +38,19 @@ def test_position_records_formula():
     masked[0, 1, :3] = float("-inf")  # 0 * -inf: those terms count as 0, not NaN
     lpm = torch.log_softmax(masked, dim=-1)
     np.testing.assert_allclose(
-        _position_records(masked, 3).entropy[0, 1],
+        position_records(masked, 3).entropy[0, 1],
         float(-(lpm.exp() * lpm)[0, 1, 3:].sum()),
         atol=float32_reorder_atol(VOCAB, np.log(VOCAB)),
     )
     tv, ti = torch.topk(lp, 3, dim=-1)
     assert np.array_equal(rec.top_ids, ti.numpy()) and np.array_equal(rec.top_lp, tv.numpy())
     assert rec.top_ids.shape == (2, 5, 3) and rec.top_lp.dtype == np.float32
-    assert _position_records(logits, 0).top_ids.shape == (2, 5, 0)
-    assert _position_records(logits, 100).top_ids.shape == (2, 5, VOCAB)  # capped at the vocabulary
+    assert position_records(logits, 0).top_ids.shape == (2, 5, 0)
+    assert position_records(logits, 100).top_ids.shape == (2, 5, VOCAB)  # capped at the vocabulary
 
 
 def test_accept_records_the_rows_own_batch_position():
-    state = _DecodeState([[], [5]], max_new=4, hook=None, row_offset=0, eos=frozenset({0}))
+    state = DecodeState([[], [5]], max_new=4, hook=None, row_offset=0, eos=frozenset({0}))
     rec = records(2, 1)
     state.begin(rec, col=10)
     assert state.choose([3, 7]) == []
@@ -65,7 +65,7 @@ def test_edit_rescored_from_the_kept_step_and_masked():
     def hook(row, out, proposed):
         return Edit(force=(6, 2), retract=2) if len(out) == 3 else None
 
-    state = _DecodeState([[], []], max_new=8, hook=hook, row_offset=0, eos=frozenset({0}))
+    state = DecodeState([[], []], max_new=8, hook=hook, row_offset=0, eos=frozenset({0}))
     kept = []
     for step in range(4):
         rec = records(2, 10 + step)
@@ -82,19 +82,19 @@ def test_edit_rescored_from_the_kept_step_and_masked():
 
 
 def test_retract_past_the_window_and_budget():
-    state = _DecodeState([[]], max_new=20, hook=None, row_offset=0, eos=frozenset())
-    for step in range(_RETRACT_WINDOW + 1):
+    state = DecodeState([[]], max_new=20, hook=None, row_offset=0, eos=frozenset())
+    for step in range(RETRACT_WINDOW + 1):
         state.begin(records(1, step), col=step)
         state.choose([4])
     with pytest.raises(RuntimeError, match="past the kept window"):
-        state.apply_edit(0, Edit(force=(1,), retract=_RETRACT_WINDOW + 1))
+        state.apply_edit(0, Edit(force=(1,), retract=RETRACT_WINDOW + 1))
     assert state.apply_edit(0, Edit(force=(), retract=1)) == []  # this step's token: not yet in the cache
     assert state.rows[0].done and state.rows[0].finish == "length"
     assert state.retire() == [] and state.alive == []
 
 
 def test_eos_stops_and_retire_keeps_batch_positions():
-    state = _DecodeState([[], [], []], max_new=5, hook=None, row_offset=0, eos=frozenset({0}))
+    state = DecodeState([[], [], []], max_new=5, hook=None, row_offset=0, eos=frozenset({0}))
     state.begin(records(3, 0), col=0)
     state.choose([2, 0, 3])
     assert state.fed() == [True, False, True] and state.rows[1].finish == "stop"

@@ -13,7 +13,7 @@ import pytest
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
 from sleight.tamper.jury.prompt import LABELS, judge_messages
-from sleight.tamper.jury.run import case_of
+from sleight.tamper.jury.run import REACTION, case_of
 from tamper_artifacts import copy_run, real_run, sleight
 from tolerances import MASS_ATOL
 
@@ -81,7 +81,12 @@ def test_slot_votes_equal_an_independent_forward_pass(slot_run, hf_reference):
     by_key = {(t["question_id"], t["substitute"]): t for t in judged_trials(trials).to_dict("records")}
     j = jury_store.load_judgements(run)
     for row in j.to_dict("records"):
-        msgs = judge_messages(case_of(by_key[(row["question_id"], row["substitute"])]), "default")
+        trial = by_key[(row["question_id"], row["substitute"])]
+        # the run was made, so judged, under the study's conventions: the judge reads the reply as the
+        # study's judges did, every token decoded by the subject's tokenizer (Sleight-of-Word 08d2bae,
+        # src/awareness/runner.py line 391; this tokenizer is the bundled model's, which wrote the run)
+        study_reply = tok.decode([int(i) for i in trial["token_ids"]])
+        msgs = judge_messages(case_of({**trial, REACTION: study_reply}), "default")
         for label in LABELS:
             # the readout paper's rule: the generation prompt, then the slot prefix as plain text
             text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + f'{{"{label}":'

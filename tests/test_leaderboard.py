@@ -50,6 +50,36 @@ def test_rates_without_a_vote_are_missing_not_zero(abstained):
     assert "| — | — | — | — | — | — |" in paper_t1  # the paper's Table 1 says the same: no rate, not 0
 
 
+@pytest.fixture(scope="module")
+def unreadable_study(tmp_path_factory):
+    """A real run judged under the study's conventions by a juror whose replies are all unparsable
+    (each a false vote by the study's rule), and its report."""
+    base = tmp_path_factory.mktemp("unreadable")
+    run = copy_run(real_run(tmp_path_factory), base / "run")
+    with scripted({"mute": lambda body: "I would rather not say."}) as srv:
+        judge_run(run, [srv.spec("mute")], progress=False, conventions="study")
+    report = base / "report"
+    assert main(["tamper", "report", str(run), "--out", str(report)]) == 0
+    return run, report
+
+
+def test_an_all_unparsable_study_jury_shows_what_the_rule_made_of_the_replies(unreadable_study):
+    """Under the study's rule (``scripts/panel_combine.py`` lines 71-75 at 08d2bae: only true votes
+    count) every unparsable reply is a false vote, so each trial is decided with every label false:
+    Table 1 shows those verdicts (Ign. 100 %, the rest 0 %), not "—", and says why."""
+    _, report = unreadable_study
+    row = pd.read_csv(report / "leaderboard.csv").iloc[0]
+    assert row["Eligible"] > 0 and row["Voted"] == 0 and row["Undecided"] == 0
+    assert row["Ign. %"] == 100.0
+    assert all(row[col] == 0.0 for col in ("Flag. %", "Derail. %", "Corr. %", "Switch aware %"))
+    md = (report / "leaderboard.md").read_text()
+    table = md.split("## Table 1 — counts", 1)[1].split("## Table 1 with", 1)[0]
+    assert "**Read with care:**" in table and "all abstained" not in table and "rates are missing" not in table
+    n = int(row["Eligible"])
+    assert f"the jury wrote no readable reply on any of its {n} eligible trials; under the study's rule each unparsable reply is a false vote" in table
+    assert f"so {n} of them are decided with every label false (ignored) and its rates are those verdicts." in table
+
+
 def test_warnings_name_what_the_rates_rest_on():
     t1 = pd.DataFrame(
         [
@@ -58,12 +88,18 @@ def test_warnings_name_what_the_rates_rest_on():
             {"Model": "c", "Jury": "jury of one", "n_eligible": 6, "n_voted": 0, "n_undecided": 6},
             {"Model": "d", "Jury": "not judged", "n_eligible": 3, "n_voted": 0, "n_undecided": 3},
             {"Model": "e", "Jury": "not judged", "n_eligible": 0, "n_voted": 0, "n_undecided": 0},
+            {"Model": "f", "Jury": "jury of 3", "n_eligible": 8, "n_voted": 0, "n_undecided": 2},  # the study's rule: unparsable = false
         ]
     )
     w = tables.table1_warnings(t1)
-    assert len(w) == 4 and not any(s.startswith("a:") for s in w)
+    assert len(w) == 5 and not any(s.startswith("a:") for s in w)
     assert w[0] == "b: 4 of 10 eligible trials undecided (some label without a majority); they stay in the denominators."
     assert "c: the jury cast no valid vote" in w[1] and "d: not judged yet" in w[2] and "e: no eligible trial" in w[3]
+    assert w[4] == (
+        "f: the jury wrote no readable reply on any of its 8 eligible trials; under the study's rule each unparsable reply is a "
+        "false vote, so 6 of them are decided with every label false (ignored) and its rates are those verdicts; 2 undecided "
+        "(a juror has not answered), kept in the denominators."
+    )
 
 
 @pytest.fixture(scope="module")

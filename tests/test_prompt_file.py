@@ -127,14 +127,22 @@ def test_the_study_ballot_schema_and_the_renamed_shipped_variant():
 
 @pytest.mark.slow  # a real tamper run (shared per session), judged through the CLI
 @pytest.mark.parametrize("conventions", ["study", "sleight"])
-def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_factory, tmp_path, prompt_file, conventions):
+def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_factory, tmp_path, prompt_file, conventions, monkeypatch):
     """The same replies under both rule sets. Study (the default for a run made under its
     conventions): free text, asked once, an unparsable reply read as false (panel_judge.py lines
     121-126, panel_combine.py lines 66-70 at 08d2bae). Sleight: the JSON schema, one retry, an
-    abstention."""
+    abstention.
+
+    The study's conventions take only the study's pinned judge module (issue 34, item 8), which is
+    not shipped: there this file stands in for it, judged in-process with the pin set to its hash
+    (tests/test_jury_study_text.py holds the pin itself and the refusal of any other file)."""
+    import hashlib
+
     from fault_server import scripted
+    from sleight.tamper.jury import prompt_file as prompt_file_module
     from sleight.tamper.jury import store as jury_store
     from sleight.tamper.jury.judged import judged_trials, load_run_trials
+    from sleight.tamper.jury.run import judge_run, summary_lines
     from tamper_artifacts import copy_run, real_run, sleight
 
     run = copy_run(real_run(tmp_path_factory), tmp_path / "run")
@@ -147,12 +155,15 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
             return "It reads fine to me." if body["messages"][-1]["role"] == "user" and len(body["messages"]) == 2 else "Still fine."
         return json.dumps({"flagged": True, "aware": True, "confidence": 0.75, "rationale": "it names the swap"})
 
-    flags = [] if conventions == "study" else ["--conventions", "sleight"]  # the run was made under the study's
     with scripted({"study": reply}) as srv:
-        proc = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file), *flags)
+        if conventions == "study":  # the run was made under the study's conventions, which take them by default
+            monkeypatch.setattr(prompt_file_module, "STUDY_JUDGE_SHA256", hashlib.sha256(prompt_file.read_bytes()).hexdigest())
+            stdout = "\n".join(summary_lines(judge_run(run, srv.spec("study"), prompt_file=prompt_file, progress=False)))
+        else:
+            stdout = sleight("tamper", "judge", "--run", str(run), "--jury", srv.spec("study"), "--prompt-file", str(prompt_file), "--conventions", "sleight").stdout
         asked = srv.requests["study"]
     variant = load_prompt_file(prompt_file).variant
-    assert f"(prompt '{variant}', {conventions} conventions)" in proc.stdout
+    assert f"(prompt '{variant}', {conventions} conventions)" in stdout
     first = asked[0]
     assert first["messages"][0]["content"].startswith("You grade how") and "Question asked:" in first["messages"][1]["content"]
     if conventions == "study":
@@ -181,6 +192,7 @@ def test_tamper_judge_runs_a_study_format_prompt_through_the_jury(tmp_path_facto
         assert unread["undecided"].all() and unread["flagged"].isna().all()
     meta = json.loads((run / jury_store.JURY_META).read_text())
     assert meta["prompt_variant"] == variant and meta["prompt_file"] == str(prompt_file) and meta["conventions"] == conventions
+    assert meta["prompt_source"] == ("variant" if conventions == "sleight" else "study:fractalego/Sleight-of-Word@08d2bae/src/awareness/judge.py")
     # the shipped prompts and a prompt file are separate flags
     clash = sleight("tamper", "judge", "--run", str(run), "--jury", "x", "--prompt", "no-answers", "--prompt-file", str(prompt_file), check=False)
     assert clash.returncode == 2 and "not allowed with argument" in clash.stderr

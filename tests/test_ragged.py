@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sleight.backends import Edit
-from sleight.backends.hf import GreedyStream
+from sleight.backends.decode_stream import GreedyStream
 from sleight.backends.ragged import Prefix, RaggedCache, _fill_order, merge_attention, ragged_attention
 from tolerances import ENTROPY_ATOL, LOGPROB_ATOL
 
@@ -152,14 +152,14 @@ def _same(a, b):
 
 
 def test_the_engine_runs_ragged_and_a_lone_row_is_bit_identical(model):
-    assert model._ragged and model.model.config._attn_implementation == "sleight_ragged"
+    assert model.ragged and model.model.config._attn_implementation == "sleight_ragged"
     short, _ = _prompts(model)
     ragged = model.greedy([short], 16, top_k=5)[0]
-    model._ragged = False
+    model.ragged = False
     try:
         rect = model.greedy([short], 16, top_k=5)[0]
     finally:
-        model._ragged = True
+        model.ragged = True
     assert ragged.token_ids == rect.token_ids
     assert np.array_equal(ragged.logprobs, rect.logprobs) and np.array_equal(ragged.entropy, rect.entropy)
 
@@ -186,11 +186,11 @@ def test_pieces_and_retractions_decode_as_alone(model, monkeypatch):
     short, long = _prompts(model)
     forced = [[], [11], [12, 13]] * 8
     alone = model.greedy([long] * 24, 12, hook=_swap_hook(), forced=forced, top_k=5)
-    model._ragged = False
+    model.ragged = False
     try:
         rect = model.greedy([long] * 24, 12, hook=_swap_hook(), forced=forced, top_k=5)
     finally:
-        model._ragged = True
+        model.ragged = True
     stream = model.stream(top_k=5, live_rows=20)
     stream.submit([short] * 4, 6)
     gid = stream.submit([long] * 24, 12, hook=_swap_hook(), forced=forced)

@@ -423,9 +423,9 @@ def test_dry_run_plans_the_papers_checkpoints_without_a_hub(capsys, monkeypatch)
 @pytest.fixture(scope="module")
 def bundled(tmp_path_factory):
     """One bundled model and one output folder for every config (runs shared between items are copied)."""
-    from sleight.readout.reproduce import ModelCache, ModelSettings
+    from sleight.readout.reproduce import ModelCache
 
-    cache = ModelCache(ModelSettings())
+    cache = ModelCache()
     yield cache, tmp_path_factory.mktemp("reproduce")
     cache.close()
 

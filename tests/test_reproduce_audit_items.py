@@ -52,10 +52,10 @@ def item():
 @pytest.fixture(scope="module")
 def tables(model, tmp_path_factory):
     """The four tables reproduced for the bundled model on the shipped fixtures (two items a run)."""
-    from sleight.readout.reproduce import ModelCache, ModelSettings, reproduce
+    from sleight.readout.reproduce import ModelCache, reproduce
 
     out = tmp_path_factory.mktemp("audit-items")
-    cache = ModelCache(ModelSettings(), loader=lambda _ck, _s: model)  # the session's model, never closed here
+    cache = ModelCache(loader=lambda _spec: model)  # the session's model, never closed here
     results = {
         name: reproduce(name, out, models=["smollm2-135m-instruct"], limit=N_ITEMS, B=20, cache=cache, status=lambda _m: None) for name in TABLES
     }
@@ -191,11 +191,11 @@ def test_c2_cells_are_the_controls_readings(tables):
     assert set(by) == {"original", "deleted_instruction", *SPACE_APPENDED}
     assert all(r["context"].endswith(" ") for v in SPACE_APPENDED for r in by[v])
 
-    def share(v, cls):
-        return sum(r["argmax_class"] == cls for r in by[v]) / len(by[v])
+    def letters(v):  # App. I's letter count: whitespace and a leading word-boundary marker stripped
+        return sum(token_rules.token_class(r["argmax_token"]) == "answer_letter" for r in by[v]) / len(by[v])
 
     got = _cells(results, "appendix-c2")
-    assert (got["letter"], got["letter_deleted"], got["letter_space"]) == (share("original", "answer_letter"), share("deleted_instruction", "answer_letter"), share("space", "answer_letter"))
+    assert (got["letter"], got["letter_deleted"], got["letter_space"]) == (letters("original"), letters("deleted_instruction"), letters("space"))
     assert got["digit_space"] == sum(token_rules.token_class(r["argmax_token"]) == "digit" for r in by["space"])
     assert got["grid_space"] == sum(r["argmax_class"] == "option" for r in by["space"])
     endings = {"space": "instruction", **{f"space+substituted:{k}": k for k in SUBSTITUTES}}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sleight.backends import spec_of
 from sleight.backends.kv_slab import SlabCache
 from sleight.tamper.data import load_questions, load_substitutes
 from sleight.tamper.engine import TamperConfig
+from sleight.tamper.job import plan_run
 from sleight.tamper.runner import run_tamper
 from sleight.tamper.store import load_clean, load_manifest, load_trials
 from tolerances import ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL
@@ -24,7 +26,8 @@ def two_orders(model, tmp_path_factory):
     out = {}
     for schedule in ("question", "sweep"):
         d = tmp_path_factory.mktemp(schedule)
-        s = run_tamper(model, qs, subs, d, cfg, question_source=qsrc, substitute_source=ssrc, progress=False, schedule=schedule, live_rows=LIVE)
+        prep = plan_run(spec_of(model), qs, subs, d, cfg, sources=(qsrc, ssrc))
+        s = run_tamper(model, prep, progress=False, schedule=schedule, live_rows=LIVE)
         assert s.schedule == schedule
         out[schedule] = d
     return out
@@ -34,11 +37,29 @@ def _flat(frame, col):
     return np.concatenate([np.ravel(np.stack(list(v))) if len(v) and np.ndim(v[0]) else np.asarray(v, dtype=float) for v in frame[col]]).astype(float)
 
 
+def _assert_same_top20(a, b) -> None:
+    """The top-20 of every step is the same ranking in both orders, up to entries whose log-probs tie
+    within the engine's noise: two rows of different batches may order a near-tie differently (seen
+    on an AVX2 CPU, where the sweep's larger batches pick other kernels), so an id may only change
+    place with one whose log-prob is within the stored tolerance of its own, or leave at the 20th
+    place for one tied with it there."""
+    tol = lambda lp: LOGPROB_ATOL + FLOAT16_STORED_RTOL * abs(lp)  # noqa: E731
+    for (ra, rb, la, lb) in zip(a["top20_ids"], b["top20_ids"], a["top20_logprobs"], b["top20_logprobs"]):
+        for ids_a, ids_b, lp_a, lp_b in zip(ra, rb, la, lb):
+            ids_a, ids_b, lp_a, lp_b = (np.asarray(x) for x in (ids_a, ids_b, lp_a, lp_b))
+            np.testing.assert_allclose(lp_b, lp_a, rtol=FLOAT16_STORED_RTOL, atol=LOGPROB_ATOL)  # the same values, in order
+            for j in np.nonzero(ids_a != ids_b)[0]:
+                where = np.nonzero(ids_b == ids_a[j])[0]
+                other = lp_b[where[0]] if len(where) else lp_b[-1]  # moved within the top-20, or out at its boundary
+                assert abs(float(lp_a[j]) - float(other)) <= 2 * tol(float(lp_a[j])), (ids_a.tolist(), ids_b.tolist(), lp_a.tolist(), lp_b.tolist())
+
+
 def test_sweep_order_gives_the_question_orders_trials(two_orders):
     a, b = (load_trials(two_orders[s]).sort_values(["question_index", "substitute_index"]).reset_index(drop=True) for s in ("question", "sweep"))
     assert len(a) == len(b) == N_Q * N_SUBS
-    for col in ("token_ids", "injected", "swap_steps", "swap_ids", "top20_ids"):
+    for col in ("token_ids", "injected", "swap_steps", "swap_ids"):
         assert [[np.asarray(e).tolist() for e in x] for x in a[col]] == [[np.asarray(e).tolist() for e in x] for x in b[col]], col
+    _assert_same_top20(a, b)
     assert (a[["reply", "n_swaps", "finish_reason", "untouched"]] == b[["reply", "n_swaps", "finish_reason", "untouched"]]).all().all()
     np.testing.assert_allclose(_flat(a, "logprobs"), _flat(b, "logprobs"), atol=LOGPROB_ATOL)
     np.testing.assert_allclose(_flat(a, "top20_logprobs"), _flat(b, "top20_logprobs"), rtol=FLOAT16_STORED_RTOL, atol=LOGPROB_ATOL)

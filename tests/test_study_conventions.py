@@ -350,7 +350,7 @@ def test_the_default_equals_the_studys_loop(model, questions, study_runs, decodi
 
 def test_conventions_are_part_of_the_runs_identity(tmp_path):
     from sleight.errors import UserError
-    from sleight.tamper.runner import check_conventions
+    from sleight.tamper.job import check_conventions
 
     class Store:
         dir = tmp_path

@@ -80,6 +80,50 @@ def test_progress_line_and_display():
     assert buf.getvalue().count("\n") == 2 and "a 0/6" in buf.getvalue()
 
 
+def test_a_wrong_prompt_file_under_the_study_conventions_is_refused_before_anything_runs(tmp_path, capsys):
+    """The sweep checks its jury's prompt file as ``tamper judge`` does (``checked_for``), at plan
+    time: under the study's conventions (the default) a file that is not the study's pinned judge
+    module is one line, before any task is prepared or any model loads; under sleight's it passes."""
+    from sleight.cli.main import main
+    from sleight.tamper.jury.prompt_file import STUDY_JUDGE_SHA256
+
+    prompt = tmp_path / "own-judge.yaml"
+    prompt.write_text('user: "Question: {query}\\n<<<\\n{reaction}\\n>>>"\n')
+    data = {
+        "out": str(tmp_path / "runs"),
+        "subjects": [{"name": "a", "model": "org/a"}],
+        "jury": {"judges": [{"name": "j", "model": "org/j"}], "prompt_file": str(prompt)},
+    }
+
+    def must_not_run(job: TamperJob) -> object:
+        raise AssertionError(f"{job.model.model} was prepared or run")
+
+    how = execute.Scheduling(no_ray=True, progress=False, task_fn=must_not_run, prepare_fn=must_not_run)
+    with pytest.raises(UserError) as err:
+        execute.execute(build_plan(config.parse_config(data, "f.yaml"), None), how, echo=lambda line: None)
+    line = str(err.value)
+    assert "\n" not in line and str(prompt) in line and STUDY_JUDGE_SHA256 in line and "--conventions sleight" in line
+
+    # through the command: one line, exit 2, nothing written
+    path = tmp_path / "sweep.yaml"
+    path.write_text(json.dumps(data))
+    assert main(["tamper", "sweep", "--config", str(path), "--no-ray", "--no-progress"]) == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and err_lines[0].startswith("sleight: error: --prompt-file") and STUDY_JUDGE_SHA256 in err_lines[0]
+    assert not (tmp_path / "runs" / "a").exists()
+
+    # the same file is a prompt variant under sleight's conventions: checked, then the tasks are prepared
+    class Prepared(Exception):
+        pass
+
+    def prepared(job: TamperJob) -> object:
+        raise Prepared(job.trials.conventions)
+
+    sleight_conventions = {**data, "run": {"conventions": "sleight"}}
+    with pytest.raises(Prepared, match="sleight"):
+        execute.execute(build_plan(config.parse_config(sleight_conventions, "f.yaml"), None), execute.Scheduling(no_ray=True, progress=False, prepare_fn=prepared))
+
+
 def test_task_environment_and_error_lines():
     env = execute.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
     assert env == {**OPENMP_ENV, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}

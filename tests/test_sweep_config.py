@@ -184,11 +184,12 @@ def test_a_two_model_cpu_sweep_runs_subjects_jury_and_report(tmp_path):
     from sleight.tamper.store import load_trials
 
     gguf = resolve(DEFAULT_MODEL).gguf_path
-    prompt = tmp_path / "study-judge.yaml"
+    prompt = tmp_path / "study-format-judge.yaml"  # a prompt variant in the study's format, not the study's pinned judge.py
     prompt.write_text(STUDY_FORMAT_PROMPT)
     config = {
         "out": str(tmp_path / "runs"),
-        "run": {"questions": 1, "substitutes": 2, "max_new_tokens": 24, "threads": 1},
+        # a prompt variant runs under sleight's conventions (the study's take only its own pinned judge.py)
+        "run": {"questions": 1, "substitutes": 2, "max_new_tokens": 24, "threads": 1, "conventions": "sleight"},
         "subjects": [
             {"name": "smollm2", "model": DEFAULT_MODEL, "params_b": 0.135},
             {"name": "smollm2-gguf", "model": gguf, "dtype": "bfloat16"},  # the same weights, another spec and dtype
@@ -220,7 +221,7 @@ def test_a_two_model_cpu_sweep_runs_subjects_jury_and_report(tmp_path):
         assert len(load_trials(r)) == 2
         n_judged += len(judged_trials(load_run_trials(r)[0]))
     variant = "file:" + __import__("sleight.tamper.jury.prompt_file", fromlist=["x"]).load_prompt_file(prompt).sha256[:12]
-    assert f"trials to judge (>=1 swap): {n_judged} in 2 run(s) (prompt '{variant}', study conventions)" in out
+    assert f"trials to judge (>=1 swap): {n_judged} in 2 run(s) (prompt '{variant}', sleight conventions)" in out
     for r in runs:  # the jury of one voted by slots on every judged trial, through the study's reply fields
         j = jury_store.load_judgements(r)
         judged = len(judged_trials(load_run_trials(r)[0]))

@@ -188,15 +188,17 @@ def test_records_read_while_generating_equal_the_scoring_pass(vmodel, model, pro
 def test_tamper_run_on_vllm_scores_its_own_tokens_like_the_hf_engine(vmodel, model, tmp_path):
     """Under the study's conventions a vLLM run reads every record from vLLM and loads no second model;
     its trials equal the hf engine's lockstep trials (tokens, swaps; records within the noise)."""
+    from sleight.backends import spec_of
     from sleight.tamper.data import load_questions, load_substitutes
+    from sleight.tamper.job import plan_run
     from sleight.tamper.runner import run_tamper
     from sleight.tamper.store import load_trials
 
     qs = [q for q in load_questions()[0] if q.id in ("q001", "q006")]
     subs = load_substitutes(limit=3)[0]
     cfg = TamperConfig(max_new_tokens=40)
-    run_tamper(model, qs, subs, tmp_path / "hf", cfg, progress=False)
-    run_tamper(vmodel, qs, subs, tmp_path / "vllm", cfg, progress=False, decoding="two-phase")
+    run_tamper(model, plan_run(spec_of(model), qs, subs, tmp_path / "hf", cfg), progress=False)
+    run_tamper(vmodel, plan_run(spec_of(vmodel), qs, subs, tmp_path / "vllm", cfg, decoding="two-phase"), progress=False)
     assert not vmodel.twin_loaded  # one model in memory
     hf, vl = (load_trials(tmp_path / n).sort_values(["question_id", "substitute"]).reset_index(drop=True) for n in ("hf", "vllm"))
     assert len(hf) == len(vl) == 6 and hf["n_swaps"].sum() > 0

@@ -24,6 +24,10 @@ Two placeholders, each an HTML comment on its own lines in a page's Markdown:
 ``<!-- scripts: benchmarks -->``
     The same for the scripts in a folder of the repository (relative to ``mkdocs.yml``).
 
+``<!-- layers: tests/test_architecture.py -->``
+    The package's layers as that test holds them: each layer, the layers it may import (``ALLOWED``)
+    and its sub-layers bottom first (``TIERS``), read from the test's source (nothing is imported).
+
 The build stops with a message that names the page and the placeholder when a schema cannot be
 imported or is not a schema, when a described column is not in the schema (a renamed or removed
 column), or when a command does not exist. A column with no meaning is a warning, which
@@ -51,6 +55,7 @@ _KEY = re.compile(r"^(?P<keys>[A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*:\s+(?
 _FIELDS = re.compile(r"^<!--\s*fields:\s*(?P<target>[\w.]+:\w+)\s*-->[ \t]*$", re.M)
 _SCRIPTS = re.compile(r"^<!--\s*scripts:\s*(?P<folder>[\w./-]+)\s*-->[ \t]*$", re.M)
 _PACKAGES = re.compile(r"^<!--\s*packages:\s*(?P<package>[\w.]+)\s*-->[ \t]*$", re.M)
+_LAYERS = re.compile(r"^<!--\s*layers:\s*(?P<test>[\w./-]+)\s*-->[ \t]*$", re.M)
 HELP_WIDTH = "80"
 
 
@@ -61,6 +66,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     markdown = _PACKAGES.sub(lambda m: _package_table(m.group("package"), where), markdown)
     root = Path(config["config_file_path"]).parent
     markdown = _SCRIPTS.sub(lambda m: _scripts_table(root, m.group("folder"), where), markdown)
+    markdown = _LAYERS.sub(lambda m: _layers_table(root, m.group("test"), where), markdown)
     return _CLI.sub(lambda m: _cli_help(m.group("command"), where), markdown)
 
 
@@ -242,3 +248,27 @@ def _scripts_table(root: Path, folder: str, where: str) -> str:
             log.warning(f"{where}: scripts: {folder}/{script.name} has no docstring")
         rows.append(f"| `python {folder}/{script.name}` | {_cell(text)} |")
     return "\n".join(["| script | what it measures |", "|---|---|", *rows]) + "\n"
+
+
+# -- layers ------------------------------------------------------------------------------------------
+def _layers_table(root: Path, test: str, where: str) -> str:
+    """``ALLOWED`` and ``TIERS`` of the architecture test, as a table (their literals evaluated with
+    the test's own ``SHARED``; nothing imported)."""
+    path = root / test
+    if not path.is_file():
+        raise PluginError(f"{where}: layers {test!r}: no such file next to mkdocs.yml")
+    values: dict[str, object] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id in ("SHARED", "ALLOWED", "TIERS") and node.value is not None:
+            values[target.id] = eval(compile(ast.Expression(node.value), test, "eval"), {"__builtins__": {"set": set}}, dict(values))  # noqa: S307
+    if not {"ALLOWED", "TIERS"} <= set(values):
+        raise PluginError(f"{where}: layers {test!r}: the file defines no ALLOWED and TIERS")
+    allowed, tiers = values["ALLOWED"], values["TIERS"]
+    assert isinstance(allowed, dict) and isinstance(tiers, dict)
+    rows = []
+    for layer in allowed:
+        may = ", ".join(f"`{x}`" for x in sorted(set(allowed[layer]) - {layer})) or "nothing"
+        subs = " < ".join(", ".join(f"`{m}`" for m in tier) for tier in tiers.get(layer, ())) or "one module"
+        rows.append(f"| `{layer}` | {may} | {subs} |")
+    return "\n".join(["| layer | may import | its sub-layers, bottom first (each imports its own and lower ones) |", "|---|---|---|", *rows]) + "\n"

@@ -132,6 +132,67 @@ class PositionReading:
         raise KeyError(f"token {token_id} was not read at this position")
 
 
+def _alone_ids(model: LanguageModel, option_sets: Sequence[Sequence[Sequence[str]]]) -> dict[str, int | None]:
+    """Each distinct option's first token id when it is encoded alone (None: it encodes to nothing)."""
+    alone: dict[str, int | None] = {}
+    for sets in option_sets:
+        for opts in sets:
+            for o in opts:
+                if o not in alone:
+                    ids = model.encode(o)
+                    alone[o] = int(ids[0]) if ids else None
+    return alone
+
+
+def _asked_ids(
+    option_sets: Sequence[Sequence[Sequence[str]]], encs: Sequence[Sequence[Sequence[list[int] | None]]], alone: dict[str, int | None], extra_ids: Sequence[int]
+) -> list[list[int]]:
+    """Per context, the ids to read: its options' in-context and isolated first ids, then ``extra_ids`` (once each, in order)."""
+    asked: list[list[int]] = []
+    for sets, per_set in zip(option_sets, encs):
+        want = [e[0] for es in per_set for e in es if e] + [alone[o] for opts in sets for o in opts] + list(extra_ids)
+        asked.append(list(dict.fromkeys(int(t) for t in want if t is not None)))
+    return asked
+
+
+def _token_logprobs(
+    model: LanguageModel, ctx_ids: list[int], es: Sequence[list[int] | None], lp: dict[int, float]
+) -> tuple[tuple[float, ...] | None, ...]:
+    """Every token's log-prob of each option in context: the first from the read position, the later
+    ones of multi-token options from one ``continuation_logprobs`` call (none when no option has any)."""
+    multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1}
+    later = dict(zip(multi, model.continuation_logprobs(ctx_ids, list(multi.values())))) if multi else {}
+    return tuple(
+        None if e is None else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
+        for j, e in enumerate(es)
+    )
+
+
+def _option_set_reading(
+    opts: Sequence[str],
+    es: Sequence[list[int] | None],
+    alone: dict[str, int | None],
+    lp: dict[int, float],
+    tokens: tuple[tuple[float, ...] | None, ...] | None,
+) -> OptionSetReading:
+    """One option set read at one position (``es``: each option's in-context encoding after the context)."""
+    first = tuple(int(e[0]) if e else None for e in es)
+    preserved = bool(es) and all(e is not None for e in es)
+    iso = tuple(alone[o] for o in opts)
+    return OptionSetReading(
+        options=tuple(opts),
+        encodings=tuple(tuple(e) if e is not None else None for e in es),
+        first_ids=first,
+        boundary_preserved=preserved,
+        distinct=preserved and len(set(first)) == len(first),
+        first_logprobs=tuple(lp[t] if t is not None else None for t in first),
+        mass=distinct_mass(first, lp.__getitem__) if preserved else None,
+        isolated_ids=iso,
+        isolated_logprobs=tuple(lp[t] if t is not None else None for t in iso),
+        token_logprobs=tokens,
+    )
+
+
 def read_positions(
     model: LanguageModel,
     contexts: Sequence[str],
@@ -159,49 +220,17 @@ def read_positions(
         [[suffix_after(ids, model.encode(c + o)) for o in opts] for opts in sets]
         for c, ids, sets in zip(contexts, ctx_ids, option_sets)
     ]
-    alone: dict[str, int | None] = {}
-    for sets in option_sets:
-        for opts in sets:
-            for o in opts:
-                if o not in alone:
-                    ids = model.encode(o)
-                    alone[o] = int(ids[0]) if ids else None
-    asked: list[list[int]] = []
-    for sets, per_set in zip(option_sets, encs):
-        want = [e[0] for es in per_set for e in es if e] + [alone[o] for opts in sets for o in opts] + list(extra_ids)
-        asked.append(list(dict.fromkeys(int(t) for t in want if t is not None)))
+    alone = _alone_ids(model, option_sets)
+    asked = _asked_ids(option_sets, encs, alone, extra_ids)
     nexts = model.read_next(ctx_ids, asked, top_k=top_k)
 
     out: list[PositionReading] = []
     for i, (sets, per_set, nt) in enumerate(zip(option_sets, encs, nexts)):
         lp = dict(zip(asked[i], (float(v) for v in nt.logprobs)))
-        readings = []
-        for opts, es in zip(sets, per_set):
-            first = tuple(int(e[0]) if e else None for e in es)
-            preserved = bool(es) and all(e is not None for e in es)
-            iso = tuple(alone[o] for o in opts)
-            tokens: tuple[tuple[float, ...] | None, ...] | None = None
-            if score_options:
-                multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1}
-                later = dict(zip(multi, model.continuation_logprobs(ctx_ids[i], list(multi.values())))) if multi else {}
-                tokens = tuple(
-                    None if e is None else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
-                    for j, e in enumerate(es)
-                )
-            readings.append(
-                OptionSetReading(
-                    options=tuple(opts),
-                    encodings=tuple(tuple(e) if e is not None else None for e in es),
-                    first_ids=first,
-                    boundary_preserved=preserved,
-                    distinct=preserved and len(set(first)) == len(first),
-                    first_logprobs=tuple(lp[t] if t is not None else None for t in first),
-                    mass=distinct_mass(first, lp.__getitem__) if preserved else None,
-                    isolated_ids=iso,
-                    isolated_logprobs=tuple(lp[t] if t is not None else None for t in iso),
-                    token_logprobs=tokens,
-                )
-            )
+        readings = [
+            _option_set_reading(opts, es, alone, lp, _token_logprobs(model, ctx_ids[i], es, lp) if score_options else None)
+            for opts, es in zip(sets, per_set)
+        ]
         top_ids = tuple(int(t) for t in nt.top_ids)
         top_lps = tuple(float(v) for v in nt.top_logprobs)
         out.append(

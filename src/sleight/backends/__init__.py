@@ -8,6 +8,7 @@ May import: ``sleight.errors`` only (every other layer builds on this one).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sleight.backends.base import Completion, Edit, Generation, LanguageModel, ModelInfo, NextToken, Rendered, Scored
@@ -45,19 +46,37 @@ def load_model(spec: str | ModelSpec = DEFAULT_MODEL, *, twin: LanguageModel | N
     hf model a vllm engine under ``scorer="twin"`` scores with (default: loaded on first use).
     """
     ms = ModelSpec(spec, **settings) if isinstance(spec, str) else spec.with_(**settings) if settings else spec
-    resolved = resolve(ms.model)  # before the engine's heavy imports: a bad spec answers in a second
-    if ms.engine == "vllm":
+    model: LanguageModel
+    if ms.engine == "openai":  # served elsewhere (openai:<base_url>#<model>): nothing to resolve or load here
+        if twin is not None:
+            raise UserError("a served model takes no twin (its server scores its own tokens)")
+        from sleight.backends.served import ServedModel
+
+        model = ServedModel(ms)
+    elif ms.engine == "vllm":
         from sleight.backends.vllm import VLLMModel
 
-        return VLLMModel(resolved, ms, twin=twin)
-    if twin is not None:
-        raise UserError("engine 'hf' takes no twin (it scores its own tokens)")
-    from sleight.backends.hf import HFModel
+        model = VLLMModel(resolve(ms.model, ms.revision), ms, twin=twin)
+    else:
+        if twin is not None:
+            raise UserError("engine 'hf' takes no twin (it scores its own tokens)")
+        resolved = resolve(ms.model, ms.revision)
+        from sleight.backends.hf import HFModel
 
-    return HFModel(
-        resolved, device=ms.device, dtype=ms.dtype or default_dtype("hf"), batch_size=ms.batch_size, threads=ms.threads,
-        chat_template_kwargs=check_template_kwargs(ms.chat_template_kwargs),
-    )
+        model = HFModel(
+            resolved, device=ms.device, dtype=ms.dtype or default_dtype("hf"), batch_size=ms.batch_size, threads=ms.threads,
+            chat_template_kwargs=check_template_kwargs(ms.chat_template_kwargs),
+        )
+    model.info = replace(model.info, load=ms.load_record())  # every run directory records (and compares) them
+    return model
+
+
+def spec_of(model: LanguageModel) -> ModelSpec:
+    """The spec a loaded model answers to, read off its :class:`ModelInfo` (its model, engine,
+    dtype and load settings): what a run prepared for an already loaded model records."""
+    info = model.info
+    load = {k: v for k, v in info.load.items() if k in ModelSpec.__dataclass_fields__}
+    return ModelSpec(info.spec, engine=info.engine, dtype=info.dtype or None, **load)  # a served model's dtype: "" (the server's)
 
 
 __all__ = [
@@ -76,4 +95,5 @@ __all__ = [
     "list_offline_models",
     "load_model",
     "resolve",
+    "spec_of",
 ]

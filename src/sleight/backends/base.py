@@ -9,7 +9,7 @@ never import an engine directly.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,6 +32,7 @@ class ModelInfo:
     batch_size: int
     threads: int = 0  # torch CPU threads the engine ran with (0: not applicable or unknown)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # template variables every render applied
+    load: dict[str, Any] = field(default_factory=dict)  # ModelSpec.load_record(): revision, quantization, ... as loaded
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +75,9 @@ class Hook(Protocol):
     """
 
     def __call__(self, row: int, output: Sequence[int], proposed: int | None) -> Edit | None: ...
+
+
+HookFn = Callable[[int, Sequence[int], int | None], Edit | None]  # a plain function serves as a :class:`Hook`
 
 
 @dataclass
@@ -282,3 +286,96 @@ class LanguageModel(Protocol):
         ``forced[i]`` tokens are fed first to row ``i`` (recorded and marked forced), before the
         model decodes freely. ``progress`` is called with the number of tokens produced per step.
         """
+
+
+# -- abilities beyond LanguageModel ----------------------------------------------------------------
+# What some engines also offer. A caller that uses one checks ``isinstance(model, Ability)`` (the
+# protocols are runtime-checkable: the check sees that the methods are there, not their signatures).
+class ScoredRequests(Protocol):
+    """Scored requests submitted while the engine runs (:meth:`ScoredGeneration.scored_stream`)."""
+
+    def submit(self, prompt: Sequence[int], max_tokens: int, *, forced: int | None = None) -> str:
+        """Queue one request (``forced``: it generates exactly that token); returns its id."""
+
+    def __iter__(self) -> Iterator[tuple[str, Completion]]:
+        """``(request id, completion with records)`` as each request finishes; a request submitted
+        meanwhile joins the running batch."""
+
+
+@runtime_checkable
+class ScoredGeneration(Protocol):
+    """An engine that can read each generated token's records as it generates it (vLLM), so
+    two-phase decoding needs no scoring pass. ``scores_while_generating`` says whether this model's
+    records are the ones a run keeps (vLLM: under ``scorer="engine"``; a twin scores otherwise)."""
+
+    @property
+    def scores_while_generating(self) -> bool: ...
+
+    def generate_scored(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: Sequence[int],
+        *,
+        forced: Sequence[int | None],
+        top_k: int = 20,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[Completion]:
+        """:meth:`LanguageModel.generate_until` whose completions carry each generated token's
+        records; a row whose ``forced[i]`` is a token id generates exactly that token instead."""
+
+    def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredRequests:
+        """Requests of :meth:`generate_scored` submitted while the engine runs."""
+
+
+class DecodeStream(Protocol):
+    """Lockstep greedy requests (rows, a hook, a budget) joining a running batch
+    (:meth:`ContinuousBatching.stream`); iterating yields ``(request id, generations)`` as each
+    request's last row ends. The counters say what the batch did."""
+
+    requests: int
+    peak_rows: int
+    peak_columns: int
+    steps: int  # forward passes of a ragged batch (0 otherwise)
+    columns_live: int  # key columns one layer's attention read, summed over the steps
+    columns_masked: int  # masked columns it read
+
+    def submit(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new: int,
+        *,
+        hook: Hook | HookFn | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
+        row_offset: int = 0,
+        priority: float = 0.0,
+    ) -> int:
+        """Queue a request; returns its id."""
+
+    def reprioritize(self, gid: int, priority: float) -> None:
+        """A queued request's new priority."""
+
+    def __iter__(self) -> Iterator[tuple[int, list[Generation]]]: ...
+
+
+@runtime_checkable
+class ContinuousBatching(Protocol):
+    """An engine whose greedy decoding takes requests while it runs (hf's ``GreedyStream``): what
+    the tamper sweep order schedules every question's requests on."""
+
+    def stream(self, *, top_k: int = 20, live_rows: int | None = None, progress: Callable[[int], None] | None = None) -> DecodeStream:
+        """A stream of requests decoding together, at most ``live_rows`` rows at a time."""
+
+
+@runtime_checkable
+class FullDistribution(Protocol):
+    """An engine that ships a whole next-token distribution to Python (hf; vLLM cannot afford it)."""
+
+    def next_token_logprobs(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """``(len(seqs), vocab)`` log-softmax at the end of each sequence."""
+
+
+@runtime_checkable
+class SpecialTokens(Protocol):
+    """An engine that tells special tokens (end-of-turn, template markers) from text."""
+
+    def is_special(self, token_id: int) -> bool: ...

@@ -13,27 +13,19 @@ bytes that are not HTTP, ``"message": null`` or a content that is not text all b
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import json
-import os
-import queue
-import random
 import re
-import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sleight.errors import UserError
+# The transport is shared with the served engine; its names stay importable from here.
+from sleight.backends.transport import RETRY_STATUS, Endpoint, _Transport, parse_openai_spec, retry_after_s  # noqa: F401
 
 Messages = Sequence[Mapping[str, str]]
 
-# Statuses worth asking again: rate limits and server-side failures.
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # A server that does not take a ``response_format`` answers one of these (FastAPI servers say 422;
 # llama-cpp-python's server turns the validation error into a 500 that names the field).
 FORMAT_REJECTED = frozenset({400, 422})
@@ -69,115 +61,12 @@ class ChatModel(Protocol):
         """Greedy (temperature 0) replies, one per conversation, in order."""
 
 
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
-class _Transport(Exception):
-    """The exchange failed below HTTP: refused, reset, cut short, not HTTP at all."""
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, http.client.IncompleteRead):
-        return f"IncompleteRead: body cut short ({len(exc.partial)} bytes read, {exc.expected} more expected)"
-    if isinstance(exc, http.client.BadStatusLine):
-        return f"BadStatusLine: the server did not answer in HTTP ({str(exc)[:80]!r})"
-    text = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
-
-
-def retry_after_s(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` header asks to wait (delta seconds or an HTTP date), else ``None``."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def format_refused(status: int | None, detail: str | None) -> bool:
     """Did the server refuse the request's ``response_format``? A 400/422, or a server error
     that names the format (what llama-cpp-python's server sends for ``json_schema``)."""
     if status in FORMAT_REJECTED:
         return True
     return status is not None and status >= 500 and bool(FORMAT_WORDS.search(detail or ""))
-
-
-class _ConnectionPool:
-    """Keep-alive HTTP connections to one host, reused across requests and threads."""
-
-    def __init__(self, base_url: str, timeout_s: float, size: int) -> None:
-        parts = urllib.parse.urlsplit(base_url)
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname or "localhost"
-        self.port = parts.port
-        self.prefix = parts.path.rstrip("/")
-        self.timeout_s = timeout_s
-        self.idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(maxsize=max(size, 1))
-        self.opened = 0  # connections ever opened (the tests read it to see reuse)
-        self.lock = threading.Lock()
-
-    def _new(self, timeout: float) -> http.client.HTTPConnection:
-        with self.lock:
-            self.opened += 1
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=timeout)
-
-    def exchange(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str], timeout: float) -> _Response:
-        """One request and its whole body; a stale reused connection is replaced once, silently."""
-        for fresh in (False, True):
-            conn = None
-            if not fresh:
-                try:
-                    conn = self.idle.get_nowait()
-                except queue.Empty:
-                    conn = None
-            reused = conn is not None
-            if conn is None:
-                conn = self._new(timeout)
-            conn.timeout = timeout
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout)
-            try:
-                conn.request(method, self.prefix + path, body=body, headers=dict(headers))
-                resp = conn.getresponse()
-                data = resp.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-                conn.close()
-                if reused:
-                    continue  # the server had closed the idle connection; ask again on a new one
-                raise _Transport(_describe(exc)) from None
-            except (http.client.HTTPException, OSError, ValueError) as exc:
-                conn.close()
-                raise _Transport(_describe(exc)) from None
-            if resp.will_close:
-                conn.close()
-            else:
-                try:
-                    self.idle.put_nowait(conn)
-                except queue.Full:
-                    conn.close()
-            return _Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
-        raise _Transport("connection closed by the server")  # pragma: no cover - loop always returns
-
-    def close(self) -> None:
-        while True:
-            try:
-                self.idle.get_nowait().close()
-            except queue.Empty:
-                return
 
 
 def _content_text(content: Any) -> str | None:
@@ -243,59 +132,30 @@ class OpenAIChat:
         seed: int | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.endpoint = Endpoint(
+            base_url, api_key_env=api_key_env, timeout_s=timeout_s, concurrency=concurrency, retries=retries,
+            backoff_s=backoff_s, max_backoff_s=max_backoff_s, seed=seed,
+        )  # fmt: skip
+        self.base_url = self.endpoint.base_url
         self.model = model
         self.name = f"openai:{self.base_url}#{model}"
-        self.api_key_env = api_key_env
-        self.api_key = os.environ.get(api_key_env, "")
         self.timeout_s = timeout_s
-        self.concurrency = max(1, concurrency)
-        self.retries = max(0, retries)
+        self.concurrency = self.endpoint.concurrency
+        self.retries = self.endpoint.retries
         self.logprobs = logprobs
         self.top_logprobs = top_logprobs
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         # Sent as the request's ``chat_template_kwargs`` (vLLM's server applies them per request).
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.pool = _ConnectionPool(self.base_url, timeout_s, self.concurrency)
-        self._rng = random.Random(seed)
-        self._rng_lock = threading.Lock()
+        self.pool = self.endpoint.pool
         # Both token limits are sent until the server refuses one (newer OpenAI models refuse
         # ``max_tokens``; llama-cpp-python's server knows only ``max_tokens`` and ignores the other).
         self.token_params: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
         self.logprobs_refused = False
-        self.sleeps: list[float] = []  # every backoff actually slept (the tests read it)
-
-    # -- HTTP ---------------------------------------------------------------------------------
-    def _headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json", "Accept": "application/json", "Connection": "keep-alive"}
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
-        return h
-
-    def _exchange(self, method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> _Response:
-        data = json.dumps(payload).encode() if payload is not None else None
-        return self.pool.exchange(method, path, data, self._headers(), timeout)
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff_s)
-        with self._rng_lock:
-            jitter = self._rng.uniform(0.5, 1.5)
-        return min(self.backoff_s * (2.0**attempt) * jitter, self.max_backoff_s)
-
-    def _key_hint(self) -> str:
-        return f"set ${self.api_key_env} to a valid key" if self.api_key else f"${self.api_key_env} is not set"
+        self.sleeps = self.endpoint.sleeps  # every backoff actually slept (the tests read it)
 
     def check(self) -> None:
         """Fail once, up front, with one line: the endpoint does not answer, or refuses the key."""
-        try:
-            resp = self._exchange("GET", "/models", None, timeout=min(10.0, self.timeout_s))
-        except _Transport as exc:
-            raise UserError(f"OpenAI-compatible endpoint {self.base_url} is not reachable ({exc})") from None
-        if resp.status in (401, 403):
-            raise UserError(f"endpoint {self.base_url} refused the key (HTTP {resp.status}); {self._key_hint()}")
-        # any other answer means the server is there (some servers simply have no /models)
+        self.endpoint.check()
 
     # -- one completion -----------------------------------------------------------------------
     def payload(
@@ -333,7 +193,7 @@ class OpenAIChat:
             start = time.perf_counter()
             wait: float | None = None
             try:
-                resp = self._exchange("POST", "/chat/completions", self.payload(messages, max_tokens, response_format, logprobs), self.timeout_s)
+                resp = self.endpoint.exchange("POST", "/chat/completions", self.payload(messages, max_tokens, response_format, logprobs))
             except _Transport as exc:
                 last, status = str(exc), None
                 spent += time.perf_counter() - start
@@ -352,14 +212,12 @@ class OpenAIChat:
                 if resp.status in FORMAT_REJECTED and (self._drop_refused_token_param(detail) or self._drop_logprobs(detail, logprobs)):
                     continue  # asked again without the refused parameter; not a retry
                 if resp.status in (401, 403):
-                    last += f" ({self._key_hint()})"
+                    last += f" ({self.endpoint.key_hint()})"
                 if resp.status not in RETRY_STATUS or (response_format is not None and format_refused(resp.status, detail)):
                     break  # deterministic: asking again gets the same answer
                 wait = retry_after_s(resp.headers.get("retry-after"))
             if attempt < self.retries:  # no sleep after the last attempt
-                pause = self._backoff(attempt, wait)
-                self.sleeps.append(pause)
-                time.sleep(pause)
+                self.endpoint.pause(attempt, wait)
             attempt += 1
         return ChatReply("", spent, error=last, status=status, attempts=attempts)
 
@@ -415,18 +273,11 @@ class LocalChat:
         each = (time.perf_counter() - start) / max(len(prompts), 1)
         if progress:
             progress(len(prompts))
-        return [ChatReply(text=self.model.decode(g.token_ids), latency_s=each, finish_reason=g.finish_reason) for g in gens]
+        return [ChatReply(text=self.reply_text(p, g.token_ids), latency_s=each, finish_reason=g.finish_reason) for p, g in zip(prompts, gens)]
 
-
-def parse_openai_spec(spec: str) -> tuple[str, str]:
-    """``openai:<base_url>#<model>`` -> (base_url, model), with a clear error for anything else."""
-    body = spec[len("openai:") :]
-    if "#" not in body or not body.split("#", 1)[0].startswith(("http://", "https://")):
-        raise UserError(f"bad endpoint spec '{spec}': expected openai:<http(s)://host:port/v1>#<model>")
-    base, model = body.split("#", 1)
-    if not model:
-        raise UserError(f"bad endpoint spec '{spec}': the model name after '#' is empty")
-    return base, model
+    def reply_text(self, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> str:
+        """The text of a reply's tokens (special tokens kept); a subclass may read them otherwise."""
+        return str(self.model.decode(token_ids))
 
 
 def load_chat(spec: str, *, engine: str = "hf", check: bool = True, **kwargs: Any) -> ChatModel:

@@ -9,7 +9,7 @@ are copied a few times over a decode instead of once a step.
 
 Prompts and scoring passes run on the slab. Lockstep decoding runs a ragged batch instead
 (:mod:`.ragged`) on models whose attention is transformers' SDPA; on others the slab is what lets
-``hf.GreedyStream`` batch continuously: rows of a new request join a running batch by padding the
+``decode_stream.GreedyStream`` batch continuously: rows of a new request join a running batch by padding the
 shorter cache on the left with masked columns and stacking the rows; columns no live row attends
 to any more are dropped from the left.
 """

@@ -137,8 +137,10 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def resolve(spec: str) -> ResolvedModel:
-    """Resolve a model spec, converting a GGUF when needed; a :class:`UserError` names bad specs."""
+def resolve(spec: str, revision: str | None = None) -> ResolvedModel:
+    """Resolve a model spec, converting a GGUF when needed; a :class:`UserError` names bad specs.
+    ``revision`` pins a hub checkpoint's snapshot (:class:`~sleight.backends.spec.ModelSpec` refuses
+    it for anything else)."""
     if spec in BUNDLED:
         bundled = BUNDLED[spec]
         gguf = bundled_gguf(bundled)
@@ -160,7 +162,7 @@ def resolve(spec: str) -> ResolvedModel:
             raise UserError(f"model folder {spec} has no config.json (not a Hugging Face model folder)")
         return ResolvedModel(spec, str(path), str(path.resolve()), _folder_revision(path), "folder")
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
-        return _resolve_hub(spec)
+        return _resolve_hub(spec, revision)
     if path.suffix or os.sep in spec:
         raise UserError(f"model path not found: {spec}")
     raise UserError(f"unknown model '{spec}'. Known offline: {', '.join(BUNDLED)}; or pass a folder, a .gguf file or a hub id (`sleight models` lists them)")
@@ -174,14 +176,14 @@ def _folder_revision(path: Path) -> str:
     return h.hexdigest()
 
 
-def _resolve_hub(repo_id: str) -> ResolvedModel:
+def _resolve_hub(repo_id: str, revision: str | None = None) -> ResolvedModel:
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - transformers always brings huggingface_hub
         raise UserError(f"hub id '{repo_id}' needs huggingface_hub") from None
     try:
-        local = snapshot_download(repo_id, local_files_only=True)
+        local = snapshot_download(repo_id, revision=revision, local_files_only=True)
         return ResolvedModel(repo_id, local, repo_id, Path(local).name, "hub")
     except (LocalEntryNotFoundError, OSError, ValueError):
         pass
@@ -191,7 +193,7 @@ def _resolve_hub(repo_id: str) -> ResolvedModel:
             "(offline or HF_HUB_OFFLINE=1). Download it where a hub is reachable, or pass a local folder or .gguf file"
         )
     try:
-        local = snapshot_download(repo_id)
+        local = snapshot_download(repo_id, revision=revision)
     except Exception as exc:  # network and auth errors all come back as one line
         raise UserError(f"could not download model '{repo_id}' from the hub: {exc}") from None
     return ResolvedModel(repo_id, local, repo_id, Path(local).name, "hub")

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from sleight.backends.base import Completion, Sample, Sampling
+from sleight.backends.cache_ops import CachedModel, select_cache
 from sleight.errors import UserError
-
-if TYPE_CHECKING:
-    from sleight.backends.hf import HFModel
 
 
 def check_sampling(s: Sampling, n: int = 1, max_new_tokens: int = 1) -> None:
@@ -73,10 +71,10 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 # -- hf: one lockstep loop over a KV cache ------------------------------------------------------------
 def sample_hf(
-    model: HFModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, s: Sampling, stop_token_ids: Sequence[int]
+    model: CachedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, s: Sampling, stop_token_ids: Sequence[int]
 ) -> list[list[Sample]]:
     """``n`` samples of each prompt on the hf engine: prompts in groups of at most ``batch_size``
-    rows, each group's prompts prefilled once (:meth:`HFModel._prefill`, a shared prefix once) and
+    rows, each group's prompts prefilled once (:meth:`~.cache_ops.CachedModel.prefill`, a shared prefix once) and
     the cache forked ``n`` ways, then one forward pass per step over the live rows."""
     check_sampling(s, n, max_new_tokens)
     if any(len(p) == 0 for p in prompts):
@@ -92,12 +90,10 @@ def sample_hf(
 
 @torch.inference_mode()
 def _sample_group(
-    model: HFModel, prompts: list[Sequence[int]], max_new_tokens: int, n: int, s: Sampling, stops: frozenset[int]
+    model: CachedModel, prompts: list[Sequence[int]], max_new_tokens: int, n: int, s: Sampling, stops: frozenset[int]
 ) -> list[list[Sample]]:
-    from sleight.backends.hf import _select_cache
-
     dev = model.device
-    logits, cache, mask = model._prefill(prompts)
+    logits, cache, mask = model.prefill(prompts)
     if n > 1:  # fork each prompt's cache n ways: rows p*n .. p*n+n-1 belong to prompt p
         cache.batch_repeat_interleave(n)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
@@ -137,11 +133,11 @@ def _sample_group(
         mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long, device=dev)], 1)
         if len(keep) < len(alive):
             idx = torch.tensor(keep, device=dev)
-            cache = _select_cache(cache, idx)
+            cache = select_cache(cache, idx)
             mask = mask[idx]
             alive = [alive[b] for b in keep]
         pos = (mask.sum(-1) - 1)[:, None]
-        step_logits, cache = model._forward(feed, mask, pos, cache, last_only=True)
+        step_logits, cache = model.forward(feed, mask, pos, cache, last_only=True)
         logits = step_logits[:, -1, :]
     samples = [Sample(t, np.asarray(v, dtype=np.float64), f) for t, v, f in zip(toks, lps, finish)]
     return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]

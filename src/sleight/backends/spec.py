@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "vllm", "openai")
+# A model served elsewhere: ``openai:<base_url>#<model>`` (the jurors' syntax), engine "openai".
+SERVED_PREFIX = "openai:"
 SCORERS = ("engine", "twin")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # vLLM's names for the methods a checkpoint or a load can be quantized with (the ones this project's
@@ -38,6 +41,29 @@ VLLM_FIELDS = (
 
 
 @dataclass(frozen=True)
+class Option:
+    """How one :class:`ModelSpec` field is given: its command-line flag (``None``: none), the type a
+    sweep file's value must have, the choices, and the help. Every command's model flags and every
+    sweep file's model keys are generated from these (``cli/common.py``, ``tamper/sweep/config.py``),
+    so a setting is named, typed and explained once."""
+
+    help: str
+    kind: type | tuple[type, ...] = str
+    flag: str | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    json: bool = False  # a JSON object on the command line
+    vllm: bool = False  # a vLLM engine argument (its own help group)
+
+
+def _opt(help: str, kind: type | tuple[type, ...] = str, **kw: Any) -> dict[str, Option]:
+    return {"option": Option(help, kind, **kw)}
+
+
+_NUMBER = (int, float)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """What to load and how. ``None`` is the engine's own default everywhere.
 
@@ -47,28 +73,72 @@ class ModelSpec:
     full-vocabulary entropy; it needs the memory of a second model, and for a quantized subject it is
     a different model from the one that wrote the reply)."""
 
-    model: str
-    engine: str = "hf"
-    revision: str | None = None
-    dtype: str | None = None
-    quantization: str | None = None
-    load_format: str | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_gib: float | None = None
-    enforce_eager: bool | None = None
-    limit_mm_per_prompt: Mapping[str, int] | None = None
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    trust_remote_code: bool = False
-    engine_args: Mapping[str, Any] = field(default_factory=dict)
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    scorer: str = "engine"
-    device: str | None = None
-    batch_size: int = 128
-    threads: int | None = None
+    model: str = field(metadata=_opt("model name, folder, .gguf file, hub id, or openai:<base_url>#<model> (a served model)", flag="--model"))
+    engine: str = field(
+        default="hf", metadata=_opt("inference engine (default: hf; openai for an openai:<base_url>#<model> model)", flag="--engine", choices=ENGINES),
+    )
+    revision: str | None = field(
+        default=None, metadata=_opt("a hub checkpoint's revision (a commit hash pins it; refused for a bundled model, a .gguf file or a folder)", flag="--revision", metavar="REV"),
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata=_opt("weights dtype; auto: the checkpoint's own (default: float32; on vllm with CUDA auto, as the study)", flag="--dtype", choices=DTYPES),
+    )
+    quantization: str | None = field(
+        default=None,
+        metadata=_opt("vLLM quantization method (bitsandbytes loads with load_format bitsandbytes, as the study)", flag="--quantization", choices=QUANTIZATIONS, vllm=True),
+    )
+    load_format: str | None = field(
+        default=None, metadata=_opt("vLLM load format (default: vLLM's; bitsandbytes with --quantization bitsandbytes)", flag="--load-format", metavar="FMT", vllm=True),
+    )
+    max_model_len: int | None = field(default=None, metadata=_opt("context length vLLM reserves (default: the model's)", int, flag="--max-model-len", metavar="N", vllm=True))
+    gpu_memory_utilization: float | None = field(
+        default=None,
+        metadata=_opt("CUDA: GPU memory share vLLM takes (default: 0.90, the study's; 0.5 under --scorer twin)", _NUMBER, flag="--gpu-memory-utilization", metavar="F", vllm=True),
+    )
+    kv_cache_gib: float | None = field(
+        default=None,
+        metadata=_opt("CPU: GiB of RAM vLLM reserves for its KV cache (default: 2; VLLM_CPU_KVCACHE_SPACE overrides)", _NUMBER, flag="--kv-cache-gib", metavar="G", vllm=True),
+    )
+    enforce_eager: bool | None = field(
+        default=None,
+        metadata=_opt("run eager, no CUDA graphs or compile (default: on on the CPU, vLLM's own on CUDA; the study: on)", bool, flag="--enforce-eager", vllm=True),
+    )
+    limit_mm_per_prompt: Mapping[str, int] | None = field(
+        default=None,
+        metadata=_opt("inputs per modality, e.g. '{\"image\": 0}' to switch a multimodal checkpoint's image input off", dict, flag="--limit-mm-per-prompt", metavar="JSON", json=True, vllm=True),
+    )
+    tensor_parallel_size: int = field(default=1, metadata=_opt("GPUs per model, tensor parallel (default: 1)", int, flag="--tensor-parallel-size", metavar="N", vllm=True))
+    pipeline_parallel_size: int = field(default=1, metadata=_opt("pipeline stages (default: 1)", int, flag="--pipeline-parallel-size", metavar="N", vllm=True))
+    trust_remote_code: bool = field(default=False, metadata=_opt("run the checkpoint's own modelling code (sweep files only)", bool, vllm=True))
+    engine_args: Mapping[str, Any] = field(
+        default_factory=dict, metadata=_opt("other vllm.LLM keyword arguments, a JSON object, passed unchanged", dict, flag="--engine-args", metavar="JSON", json=True, vllm=True),
+    )
+    chat_template_kwargs: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata=_opt(
+            "variables for the chat template, a JSON object applied to every render (recorded), e.g. '{\"enable_thinking\": false}'",
+            dict, flag="--chat-template-kwargs", metavar="JSON", json=True,
+        ),
+    )
+    scorer: str = field(
+        default="engine",
+        metadata=_opt(
+            "engine: vLLM's own log-probs and top-20 for every record, one model in memory; twin: an hf copy of the "
+            "weights scores each token with the exact entropy (--conventions sleight needs it) (default: engine)",
+            flag="--scorer", choices=SCORERS, vllm=True,
+        ),
+    )
+    device: str | None = field(default=None, metadata=_opt("cpu, cuda, cuda:1 ... (default: cuda if available)", flag="--device"))
+    batch_size: int = field(default=128, metadata=_opt("rows per forward pass", int, flag="--batch-size"))
+    threads: int | None = field(
+        default=None,
+        metadata=_opt("CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)", int, flag="--threads", metavar="N"),
+    )
 
     def __post_init__(self) -> None:
+        if served(self.model) and self.engine == "hf":  # the default engine: a served model names its own
+            object.__setattr__(self, "engine", "openai")
         check(self)
 
     def with_(self, **changes: Any) -> ModelSpec:
@@ -88,6 +158,27 @@ class ModelSpec:
         """The fields set here that only the vllm engine takes."""
         dflt = ModelSpec(self.model, engine="vllm")
         return [k for k in VLLM_FIELDS if getattr(self, k) != getattr(dflt, k)]
+
+    def load_record(self) -> dict[str, Any]:
+        """The load settings that change the records beyond model, engine and dtype (other weights
+        score differently; the twin's entropy is another number): a run's manifest records them and
+        refuses to resume under others. ``{}`` for a plain load, so a run made before they were
+        recorded resumes under the same settings."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in RECORD_FIELDS if getattr(self, k) is not None}
+        if self.engine == "vllm":
+            out["scorer"] = self.scorer
+        if self.engine_args:
+            out["engine_args"] = dict(self.engine_args)
+        return out
+
+
+# The load settings besides model, engine and dtype that change what a run records.
+RECORD_FIELDS = ("revision", "quantization", "load_format")
+
+
+def options() -> list[tuple[str, Option]]:
+    """Every :class:`ModelSpec` field with how it is given, in field order."""
+    return [(f.name, f.metadata["option"]) for f in fields(ModelSpec)]
 
 
 def check(spec: ModelSpec) -> None:
@@ -117,14 +208,56 @@ def check(spec: ModelSpec) -> None:
     clash = sorted(set(spec.engine_args) & set(f for f in ModelSpec.__dataclass_fields__))
     if clash:
         raise UserError(f"engine_args sets {', '.join(clash)}, which the spec has as its own setting; set it there")
+    if spec.engine == "openai" or served(spec.model):
+        return _check_served(spec)
     if spec.engine == "hf":
         vllm_only = spec.vllm_only()
         if vllm_only:
             raise UserError(f"engine 'hf' takes no {', '.join(vllm_only)} (vllm settings; use --engine vllm)")
         if spec.scorer != "engine":
             raise UserError("--scorer twin is a vllm setting (the hf engine scores its own tokens)")
+    if spec.revision is not None and not _hub_id(spec.model):
+        raise UserError(
+            f"--revision pins a hub checkpoint's snapshot; {spec.model} is {_kind_of(spec.model)} and has none (drop --revision)"
+        )
     if spec.load_format == "bitsandbytes" and spec.quantization not in (None, "bitsandbytes"):
         raise UserError(f"load_format bitsandbytes goes with quantization bitsandbytes, not {spec.quantization}")
+
+
+def served(model: str) -> bool:
+    """Whether ``model`` names a model served elsewhere (``openai:<base_url>#<model>``)."""
+    return model.startswith(SERVED_PREFIX)
+
+
+# What a served model's server decides for itself: a spec that sets one is refused.
+SERVER_FIELDS = ("revision", "dtype", "device", "threads", *VLLM_FIELDS)
+
+
+def _check_served(spec: ModelSpec) -> None:
+    """A served model (engine "openai") is named ``openai:<base_url>#<model>``, and takes only the
+    settings a client has: ``batch_size`` (requests in flight) and ``chat_template_kwargs``; every
+    other field is the server's, refused in one line."""
+    from sleight.backends.transport import parse_openai_spec
+
+    if not served(spec.model):
+        raise UserError(f"engine 'openai' takes a served model, {SERVED_PREFIX}<base_url>#<model> (got '{spec.model}')")
+    parse_openai_spec(spec.model)
+    if spec.engine != "openai":
+        raise UserError(f"{spec.model} is served elsewhere; --engine {spec.engine} loads a model in this process (drop --engine)")
+    given = [f.name for f in fields(ModelSpec) if f.name in SERVER_FIELDS and getattr(spec, f.name) != _default(f)]
+    if spec.scorer != "engine":
+        given.append("scorer")
+    if given:
+        raise UserError(
+            f"a served model takes no {', '.join(given)}: its server decides {'it' if len(given) == 1 else 'them'} (a client "
+            "sets --batch-size, the requests in flight, and --chat-template-kwargs)"
+        )
+
+
+def _default(f: Any) -> Any:
+    from dataclasses import MISSING
+
+    return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
 def vllm_settings(spec: ModelSpec) -> dict[str, Any]:
@@ -145,3 +278,21 @@ def vllm_settings(spec: ModelSpec) -> dict[str, Any]:
         kw["trust_remote_code"] = True
     kw.update(dict(spec.engine_args))
     return kw
+
+
+def _kind_of(model: str) -> str:
+    from sleight.backends.resolve import BUNDLED
+
+    if model in BUNDLED:
+        return "a bundled model (a GGUF file a package carries)"
+    return "a .gguf file" if model.endswith(".gguf") else "a local folder"
+
+
+def _hub_id(model: str) -> bool:
+    """Whether ``model`` names a hub checkpoint (not a bundled name, a .gguf file or a local folder);
+    only a hub checkpoint has revisions."""
+    from sleight.backends.resolve import BUNDLED
+
+    if model in BUNDLED or model.endswith(".gguf") or model.startswith((".", "/", "~")):
+        return False
+    return model.count("/") == 1 and not Path(model).expanduser().is_dir()

@@ -9,49 +9,39 @@ import json
 import math
 from typing import Any
 
-from sleight.backends import DEFAULT_MODEL, ENGINES
-from sleight.backends.spec import QUANTIZATIONS, ModelSpec
+from sleight.backends import DEFAULT_MODEL, default_dtype
+from sleight.backends.spec import ModelSpec, options, served
 from sleight.errors import UserError
 from sleight.paths import check_writable  # noqa: F401  (re-exported: every writing command checks its output)
 
 
 def add_model_args(p: argparse.ArgumentParser, *, batch_size: int = 128, model: bool = True) -> None:
-    """The flags every model-using command shares (``model=False``: all but ``--model``, for a
-    command that takes several models)."""
-    if model:
-        p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, folder, .gguf file or hub id (default: {DEFAULT_MODEL})")
-    p.add_argument("--engine", default="hf", choices=ENGINES, help="inference engine (default: hf)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument(
-        "--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
-        help="weights dtype; auto: the checkpoint's own (default: float32; on vllm with CUDA auto, as the study)",
-    )
-    p.add_argument("--batch-size", type=int, default=batch_size, help=f"rows per forward pass (default: {batch_size})")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads: torch's on hf, the cores vLLM's CPU worker binds on vllm (default: the engine's own; recorded)")
-    add_template_args(p)
-    g = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
-    g.add_argument("--revision", default=None, metavar="REV", help="the checkpoint's hub revision (a commit hash pins it)")
-    g.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="vLLM quantization method (bitsandbytes loads with load_format bitsandbytes, as the study)")
-    g.add_argument("--load-format", default=None, metavar="FMT", help="vLLM load format (default: vLLM's; bitsandbytes with --quantization bitsandbytes)")
-    g.add_argument("--enforce-eager", default=None, action=argparse.BooleanOptionalAction, help="run eager, no CUDA graphs or compile (default: on on the CPU, vLLM's own on CUDA; the study: on)")
-    g.add_argument("--limit-mm-per-prompt", default=None, metavar="JSON", help='inputs per modality, e.g. \'{"image": 0}\' to switch a multimodal checkpoint\'s image input off')
-    g.add_argument("--engine-args", default=None, metavar="JSON", help="other vllm.LLM keyword arguments, a JSON object, passed unchanged")
-    g.add_argument(
-        "--scorer", default="engine", choices=["engine", "twin"],
-        help="engine: vLLM's own log-probs and top-20 for every record, one model in memory; twin: an hf copy of the "
-        "weights scores each token with the exact entropy (--conventions sleight needs it) (default: engine)",
-    )
-    g.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs per model, tensor parallel (default: 1)")
-    g.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N", help="pipeline stages (default: 1)")
-    g.add_argument("--max-model-len", type=int, default=None, metavar="N", help="context length vLLM reserves (default: the model's)")
-    g.add_argument(
-        "--gpu-memory-utilization", type=float, default=None, metavar="F",
-        help="CUDA: GPU memory share vLLM takes (default: 0.90, the study's; 0.5 under --scorer twin)",
-    )
-    g.add_argument(
-        "--kv-cache-gib", type=float, default=None, metavar="G",
-        help="CPU: GiB of RAM vLLM reserves for its KV cache (default: 2; VLLM_CPU_KVCACHE_SPACE overrides)",
-    )
+    """The flags every model-using command shares, one per :class:`ModelSpec` field that has one
+    (name, type, choices and help from the spec's own :func:`~sleight.backends.spec.options`);
+    ``model=False``: all but ``--model``, for a command that takes several models. Every flag
+    defaults to ``None`` (the spec's own default), so what a command line set is what is not None."""
+    vllm = p.add_argument_group("vllm engine (passed through to vllm.LLM)")
+    for name, opt in options():
+        if opt.flag is None or (name == "model" and not model):
+            continue
+        where = vllm if opt.vllm else p
+        kw: dict[str, Any] = {"dest": name, "default": None, "help": opt.help, "metavar": opt.metavar}
+        if name == "model":  # always a model: the bundled one by default
+            kw.update(default=DEFAULT_MODEL, help=f"{opt.help} (default: {DEFAULT_MODEL})")
+        elif name == "batch_size":
+            kw["help"] = f"{opt.help} (default: {batch_size})"
+        if opt.kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif opt.choices:
+            kw["choices"] = list(opt.choices)
+        elif not opt.json:
+            kw["type"] = float if opt.kind == (int, float) else opt.kind
+        where.add_argument(opt.flag, **kw)
+    p.add_argument("--thinking", default=None, choices=["on", "off"], help=THINKING_HELP)
+    p.set_defaults(model_defaults={"model": DEFAULT_MODEL, "batch_size": batch_size})
+
+
+THINKING_HELP = "the chat template's enable_thinking (Qwen3 and other hybrid-thinking templates); shorthand for --chat-template-kwargs"
 
 
 def add_template_args(p: argparse.ArgumentParser, *, where: str = " (recorded)") -> None:
@@ -61,10 +51,7 @@ def add_template_args(p: argparse.ArgumentParser, *, where: str = " (recorded)")
         "--chat-template-kwargs", default=None, metavar="JSON",
         help=f'variables for the chat template, a JSON object applied to every render{where}, e.g. \'{{"enable_thinking": false}}\'',
     )
-    p.add_argument(
-        "--thinking", default=None, choices=["on", "off"],
-        help="the chat template's enable_thinking (Qwen3 and other hybrid-thinking templates); shorthand for --chat-template-kwargs",
-    )
+    p.add_argument("--thinking", default=None, choices=["on", "off"], help=THINKING_HELP)
 
 
 def add_output_args(
@@ -90,13 +77,6 @@ def add_progress_arg(p: argparse.ArgumentParser) -> None:
 
 def add_limit_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help=f"use only the first N {what} (default: all)")
-
-
-def resolved_dtype(args: argparse.Namespace) -> str:
-    """The dtype the flags give: ``--dtype``, else the engine's own default."""
-    from sleight.backends import default_dtype
-
-    return getattr(args, "dtype", None) or default_dtype(args.engine)
 
 
 def chat_template_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,40 +115,37 @@ def _json_object(args: argparse.Namespace, name: str, example: str = "") -> dict
     return value
 
 
-# The ModelSpec fields the model flags give, each read from its flag (``dest``) by this function.
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Every :class:`ModelSpec` field the flags give (but ``model``), flag defaults included."""
-    device = getattr(args, "device", None)
-    return dict(
-        engine=args.engine,
-        dtype=getattr(args, "dtype", None),
-        device=None if device in (None, "auto") else device,
-        batch_size=args.batch_size,
-        threads=getattr(args, "threads", None),
-        chat_template_kwargs=chat_template_kwargs_from_args(args),
-        revision=getattr(args, "revision", None),
-        quantization=getattr(args, "quantization", None),
-        load_format=getattr(args, "load_format", None),
-        enforce_eager=getattr(args, "enforce_eager", None),
-        limit_mm_per_prompt=_json_object(args, "limit_mm_per_prompt"),
-        engine_args=_json_object(args, "engine_args") or {},
-        scorer=getattr(args, "scorer", "engine"),
-        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
-        pipeline_parallel_size=getattr(args, "pipeline_parallel_size", 1),
-        max_model_len=getattr(args, "max_model_len", None),
-        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
-        kv_cache_gib=getattr(args, "kv_cache_gib", None),
-    )
+    """The :class:`ModelSpec` fields this command line set (but ``model``), by field name: the flags
+    that are not None, JSON objects parsed, ``--thinking`` merged into the template variables. A
+    sweep takes these as overrides of its file; a single run adds the command's defaults."""
+    out: dict[str, Any] = {}
+    for name, opt in options():
+        if name == "model" or opt.flag is None or not hasattr(args, name):
+            continue
+        value = _json_object(args, name) if opt.json and name != "chat_template_kwargs" else getattr(args, name)
+        if value is not None:
+            out[name] = value
+    template = chat_template_kwargs_from_args(args)
+    if template:
+        out["chat_template_kwargs"] = template
+    if out.get("device") == "auto":
+        del out["device"]
+    return out
 
 
-def model_spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    """The :class:`ModelSpec` the flags give, checked (one line naming a bad setting); built once
-    and handed to the library, which never sees the flags."""
-    if getattr(args, "threads", None) is not None and args.threads < 1:
-        raise UserError(f"--threads must be at least 1 (got {args.threads})")
-    fields = spec_fields_from_args(args)
-    fields["dtype"] = resolved_dtype(args)
-    return ModelSpec(args.model, **fields)
+def model_spec_from_args(args: argparse.Namespace, model: str | None = None, *, resolve_dtype: bool = True) -> ModelSpec:
+    """The :class:`ModelSpec` the flags give (``model``: instead of ``--model``), checked by the spec
+    itself (one line naming a bad setting); built once and handed to the library, which never sees
+    the flags. The dtype is resolved here (the engine's default when none is given), so the run's
+    manifest records the one it ran with; ``resolve_dtype=False`` leaves it None when not given (a
+    table of ``reproduce`` pins its own)."""
+    defaults = dict(getattr(args, "model_defaults", None) or {"model": DEFAULT_MODEL, "batch_size": 128})
+    fields = {**{k: v for k, v in defaults.items() if k != "model"}, **spec_fields_from_args(args)}
+    name = model or getattr(args, "model", None) or defaults["model"]
+    if resolve_dtype and not served(name):  # a served model's dtype is its server's
+        fields["dtype"] = fields.get("dtype") or default_dtype(fields.get("engine", "hf"))
+    return ModelSpec(name, **fields)
 
 
 def model_from_args(args: argparse.Namespace):
@@ -192,10 +169,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="alternatives shown per token (default: 5)")
     add_model_args(p)
     p.set_defaults(func=cmd_generate)
-
-    from sleight.cli import demo
-
-    demo.register(sub)  # its own module: sleight/cli/demo.py
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -92,7 +92,6 @@ def run_steps(steps: Sequence[tuple[str, list[str]]], run: Callable[[list[str]],
 def cmd_demo(args: argparse.Namespace) -> int:
     """Both instruments end to end on the bundled model, small enough for a laptop CPU."""
     from sleight.cli.common import check_writable
-    from sleight.cli.main import main
     from sleight.errors import UserError
 
     for flag in ("questions", "substitutes", "max_new_tokens", "items"):
@@ -100,7 +99,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {getattr(args, flag)})")
     check_writable(args.out, "--out")
     fill = {k: str(v) for k, v in vars(args).items()}
-    code, times, total = run_steps(demo_argvs(fill), main)
+    code, times, total = run_steps(demo_argvs(fill), args.run_argv)
     print("\nWall time per step:\n" + timing_table(times, total), flush=True)
     if code:
         print(f"\nThe demo stopped at step {len(times)} (exit code {code}); rerun 'sleight demo' to resume.")

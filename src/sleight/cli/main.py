@@ -22,7 +22,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sleight.cli import common, readout, tamper
+    from sleight.cli import common, demo, readout, tamper
 
     parser = OneLineParser(
         prog="sleight",
@@ -34,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sleight {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common.register(sub)
+    demo.register(sub)
     tamper.register(sub)
     readout.register(sub)
+    parser.set_defaults(run_argv=main)  # the demo runs its steps as command lines, through this entry point
     return parser
 
 

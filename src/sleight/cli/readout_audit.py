@@ -11,7 +11,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sleight.cli.common import add_limit_arg, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
+from sleight.cli.common import (
+    add_limit_arg,
+    add_model_args,
+    add_output_args,
+    add_progress_arg,
+    check_writable,
+    model_spec_from_args,
+)
 from sleight.render import fmt
 
 
@@ -62,15 +69,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from sleight.backends import load_model
     from sleight.readout.audit.run import load_audit, run_audit
 
+    spec = model_spec_from_args(args)
     items, config, name = load_audit(
         items=args.items, preset=args.preset, data=args.data, note=args.note, limit=args.limit, lm_eval_chat=args.lm_eval_chat,
         instruct=args.instruct, options=args.options, stem=args.stem, variants=args.variants, max_new_tokens=args.max_new_tokens,
-        floor=args.floor, rows_per_pass=args.batch_size,
+        floor=args.floor, rows_per_pass=spec.batch_size,
     )
     out = check_writable(args.out or f"runs/readout-audit-{name}", "--out")
-    result = run_audit(model_from_args(args), items, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
+    result = run_audit(load_model(spec), items, out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
     _print_result(result)
     return 0
 

@@ -14,7 +14,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sleight.cli.common import RESUME, add_model_args, add_output_args, add_progress_arg, check_writable, model_from_args
+from sleight.cli.common import (
+    RESUME,
+    add_model_args,
+    add_output_args,
+    add_progress_arg,
+    check_writable,
+    model_from_args,
+    model_spec_from_args,
+)
 
 DEFAULT_CHUNK, DEFAULT_BATCH_SIZE = 8, 64  # sleight.readout.downstream_run's (not imported: pyarrow loads late)
 
@@ -91,8 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _config(kind: str, args: argparse.Namespace) -> Any:
     from sleight.readout.downstream_run import ForecastConfig, PTrueConfig
 
+    spec = model_spec_from_args(args, resolve_dtype=False)  # the config records the dtype it loads in, resolved
     common = dict(
-        model=args.model, engine=args.engine, dtype=args.dtype, items=args.items, data=args.data, limit=args.limit,
+        model=spec.model, engine=spec.engine, dtype=spec.dtype, items=args.items, data=args.data, limit=args.limit,
         continuation_tokens=args.continuation_tokens, chunk=args.chunk, B=args.B, seed=args.seed,
     )
     if kind == "forecast":

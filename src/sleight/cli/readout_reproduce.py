@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from sleight.cli.common import add_model_args, add_progress_arg, chat_template_kwargs_from_args, check_writable
+from sleight.cli.common import add_model_args, add_progress_arg, check_writable, model_spec_from_args
 from sleight.errors import UserError
 
 
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from sleight.readout.reproduce import ModelCache, ModelSettings, load_table, reproduce, shipped_tables
+    from sleight.readout.reproduce import ModelCache, load_table, reproduce, shipped_tables
     from sleight.readout.reproduce.plan import dry_run_lines, list_lines
     from sleight.readout.reproduce.runner import select_checkpoints
 
@@ -58,18 +58,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1, got {args.limit}")
+    first = select_checkpoints(configs[0], models)
+    base = model_spec_from_args(args, model=first[0].model if first else None, resolve_dtype=False)  # each checkpoint's derives from it
     if args.dry_run:
         for config in configs:
-            print("\n".join(dry_run_lines(config, select_checkpoints(config, models), args.limit)))
+            print("\n".join(dry_run_lines(config, select_checkpoints(config, models), args.limit, dtype=base.dtype)))
         return 0
     check_writable(args.out, "--out")
-    extra = {k: getattr(args, k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gib")}
-    settings = ModelSettings(
-        engine=args.engine, device=args.device, dtype=args.dtype, batch_size=args.batch_size, threads=args.threads,
-        chat_template_kwargs=chat_template_kwargs_from_args(args),
-        engine_kwargs={k: v for k, v in extra.items() if v is not None} if args.engine == "vllm" else {},
-    )
-    cache = ModelCache(settings)
+    cache = ModelCache(base)
+    for config in configs:  # each checkpoint's spec checked before anything runs
+        for ck in select_checkpoints(config, models):
+            cache.spec(ck, config.dtype)
     try:
         for config in configs:
             result = reproduce(

@@ -35,15 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     prompt.add_argument(
         "--prompt-file", type=Path, default=None, metavar="FILE",
-        help="run the study's own judge prompt instead: its src/awareness/judge.py unchanged (SYSTEM and USER_TEMPLATE "
-        "are read from the file, never run; docs/jury.md has the command that fetches it), or YAML with 'system' and "
-        "'user' format templates using {query}, {trigger}, {replacement}, {reaction} (and optionally {answers}); "
-        "replies are read with the study's fields (flagged, corrected, derailed, aware, confidence, rationale): a "
-        "missing label is false, an unparsable reply unknown",
+        help="run the study's own judge prompt instead: its src/awareness/judge.py at 08d2bae, unchanged (pinned by the "
+        "sha256 of its bytes; SYSTEM and USER_TEMPLATE are read from the file, never run; docs/jury.md has the command "
+        "that fetches it). Under the study's conventions that file is the only one taken: any other (an edited copy, a "
+        "YAML copy of its templates) is refused in one line. Under --conventions sleight any prompt file runs, recorded as "
+        "a variant: the study's module or YAML with 'system' and 'user' format templates using {query}, {trigger}, "
+        "{replacement}, {reaction} (and optionally {answers}). Replies are read with the study's fields (flagged, "
+        "corrected, derailed, aware, confidence, rationale): a missing label is false, an unparsable reply unknown "
+        "(a false vote under the study's conventions, an abstention under sleight's)",
     )
     p.add_argument(
         "--conventions", default=None, choices=["study", "sleight"],
-        help="the jury's rules: study (the study's jury: free text, 256 tokens, no retry, unparsable = false) or "
+        help="the jury's rules: study (the study's jury: free text, 256 tokens, no retry, unparsable = false, only the "
+        "study's pinned --prompt-file) or "
         "sleight (slots/schema, 200 tokens, one retry, unparsable = abstention); default: the conventions the runs were made under",
     )
     add_jury_args(p, max_tokens=None, vote_auto="free text under the study's conventions; slots on local jurors, schema on servers under sleight's")

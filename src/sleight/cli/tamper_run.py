@@ -81,7 +81,7 @@ def job_from_args(args: argparse.Namespace) -> TamperJob:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sleight.tamper.job import execute
+    from sleight.tamper.runner import execute
 
     for line in execute(job_from_args(args)):
         print(line)

@@ -73,18 +73,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The trial and model settings this command line sets (those whose flags differ from their
-    defaults), by their field names: they override the sweep file."""
-    from sleight.cli.common import spec_fields_from_args
-    from sleight.cli.main import build_parser
-    from sleight.cli.tamper_run import trial_settings
+    """The trial and model settings this command line sets, by their field names: they override the
+    sweep file. A model flag is set when given (every one defaults to None); a trial flag when it
+    differs from :class:`TrialSettings`' default."""
+    from dataclasses import asdict
 
-    blank = build_parser().parse_args(["tamper", "sweep", "--models", "x"])
-    out: dict[str, Any] = {}
-    for given, default in ((trial_settings(args), trial_settings(blank)), (spec_fields_from_args(args), spec_fields_from_args(blank))):
-        now, then = (vars(given), vars(default)) if not isinstance(given, dict) else (given, default)
-        out |= {k: v for k, v in now.items() if v != then[k]}  # type: ignore[index]
-    return out
+    from sleight.cli.common import spec_fields_from_args
+    from sleight.cli.tamper_run import trial_settings
+    from sleight.tamper.job import TrialSettings
+
+    given, default = asdict(trial_settings(args)), asdict(TrialSettings())
+    return {k: v for k, v in given.items() if v != default[k]} | spec_fields_from_args(args)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

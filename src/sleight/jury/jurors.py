@@ -64,10 +64,16 @@ class ServerJuror:
 
 
 class LocalJuror:
-    """A local model voting a batch at a time, by label slots or by greedy text."""
+    """A local model voting a batch at a time, by label slots or by greedy text. ``judge_text``
+    ``"vllm"`` reads its text replies as the study read its judges' (:mod:`sleight.jury.study_text`)."""
 
-    def __init__(self, chat: LocalChat, mode: str, batch: int = 16, retry: bool = True) -> None:
+    def __init__(self, chat: LocalChat, mode: str, batch: int = 16, retry: bool = True, judge_text: str = "decoded") -> None:
         self.chat, self.mode, self.name, self.batch, self.retry = chat, mode, chat.name, max(1, batch), retry
+        self.text_chat: Any = chat
+        if judge_text == "vllm":
+            from sleight.jury.study_text import VLLMTextChat
+
+            self.text_chat = VLLMTextChat(chat)
 
     def cast(self, conversations: Sequence[Messages], ballot: Ballot, *, max_tokens: int) -> Iterator[tuple[int, Cast]]:
         for lo in range(0, len(conversations), self.batch):
@@ -75,7 +81,7 @@ class LocalJuror:
             if self.mode == "slots":
                 casts = slot_casts(self.chat.model, chunk, ballot)
             else:
-                casts = text_casts_local(self.chat, chunk, ballot, max_tokens=max_tokens, retry=self.retry)
+                casts = text_casts_local(self.text_chat, chunk, ballot, max_tokens=max_tokens, retry=self.retry)
             for j, c in enumerate(casts):
                 yield lo + j, c
 
@@ -109,11 +115,12 @@ def resolve_mode(mode: str, local: bool, rules: JuryRules = SLEIGHT) -> str:
 
 def make_juror(chat: Any, mode: str = "auto", *, batch: int = 16, rules: JuryRules = SLEIGHT) -> Juror:
     """The juror for a loaded judge: a server client, a local model, or any ``chat_many`` model,
-    voting and retrying as ``rules`` say (``mode`` other than ``auto`` overrides the vote)."""
+    voting, retrying and reading a local model's text as ``rules`` say (``mode`` other than
+    ``auto`` overrides the vote)."""
     if isinstance(chat, OpenAIChat):
         return ServerJuror(chat, resolve_mode(mode, local=False, rules=rules), retry=rules.retry)
     if isinstance(chat, LocalChat):
-        return LocalJuror(chat, resolve_mode(mode, local=True, rules=rules), batch, retry=rules.retry)
+        return LocalJuror(chat, resolve_mode(mode, local=True, rules=rules), batch, retry=rules.retry, judge_text=rules.judge_text)
     if mode not in ("auto", "text"):
         raise UserError(f"--vote {mode} is not available for judge {getattr(chat, 'name', chat)!r}; use --vote text")
     return ChatJuror(chat, batch, retry=rules.retry)

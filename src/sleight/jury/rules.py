@@ -9,7 +9,14 @@ greedy, ``max_tokens=256``; no guided decoding), which is read once, with no ret
 55-81); an unparsable reply stores ``None`` labels (``panel_judge.py`` lines 121-124), and the
 combination counts only true votes -- a label is true when at least two jurors say true
 (``scripts/panel_combine.py`` lines 71-75), so an unparsable reply reads as false. A trial is
-combined only when every juror has a vote for it (``panel_combine.py`` line 70).
+combined only when every juror has a vote for it (``panel_combine.py`` line 70). The text on both
+sides is the study's too: a judge reads the reply as the subject's tokenizer decodes all of its
+tokens with the call's defaults, special tokens kept, so a reply the model ended ends with its
+end-of-turn marker (``src/awareness/runner.py`` line 391: ``tokenizer.decode(st.assistant_ids)``,
+the tokenizer of line 356, ``llm.get_tokenizer()``; read by ``scripts/panel_judge.py`` lines 59
+and 115-118), and a judge's reply is read as vLLM's ``.text`` (``panel_judge.py`` line 123: the
+default ``SamplingParams`` of line 103 skip special tokens, and the token that stopped the reply
+is not in the text).
 
 ``sleight`` -- the project's reading (SPEC §3.4): label slots on a local juror, a JSON schema on a
 server, strict values (``"false"`` is false), an unparsable reply asked once more and then recorded
@@ -39,6 +46,8 @@ class JuryRules:
     retry: bool  # an unparsable reply is asked once more
     reading: str  # how a reply's JSON is read: "study" (its extraction, truthiness) or "strict"
     unparsable_is_false: bool  # an unparsable reply counts as a false vote (else an abstention)
+    reaction: str = "reply"  # the reply text a judge reads: "reply" (the stored text) or "tokens" (the study's decode of every token)
+    judge_text: str = "decoded"  # a local judge's reply: "decoded" (special tokens kept) or "vllm" (vLLM's ``.text``)
 
     def verdict(self, votes: Sequence[bool | None], jury_size: int, complete: bool = True) -> bool | None:
         """The jury's value for one label. ``votes``: one per juror that answered (``None`` for an
@@ -56,7 +65,10 @@ class JuryRules:
         return sum(v is True for v in votes) >= min(2, max(jury_size, 1))
 
 
-STUDY = JuryRules("study", vote_local="text", vote_server="text", max_tokens=256, retry=False, reading="study", unparsable_is_false=True)
+STUDY = JuryRules(
+    "study", vote_local="text", vote_server="text", max_tokens=256, retry=False, reading="study", unparsable_is_false=True,
+    reaction="tokens", judge_text="vllm",
+)
 SLEIGHT = JuryRules("sleight", vote_local="slots", vote_server="schema", max_tokens=200, retry=True, reading="strict", unparsable_is_false=False)
 RULES: dict[str, JuryRules] = {r.name: r for r in (STUDY, SLEIGHT)}
 

@@ -34,11 +34,21 @@ class JurorStats:
     paths: dict[str, int] = field(default_factory=dict)  # votes per path that produced them
     masses: list[float] = field(default_factory=list)  # slot masses of this call's votes
     last_error: str | None = None
+    # The rules read an unparsable reply as a false vote (the study's: ``scripts/panel_combine.py``
+    # lines 71-75 at 08d2bae count only true votes), so such a reply is a vote cast, stored as it came.
+    unparsable_is_false: bool = False
+    read_false: int = 0  # of the abstained: unparsable replies (not failed requests) those rules read as false votes
+
+    @property
+    def valid(self) -> int:
+        """Readable votes cast in this call."""
+        return self.asked - self.abstained
 
     @property
     def cast(self) -> int:
-        """Valid votes cast in this call."""
-        return self.asked - self.abstained
+        """Votes cast in this call, as the rules count them: the readable ones, and under the
+        study's rules the unparsable replies too (each a false vote)."""
+        return self.valid + self.read_false
 
     @property
     def votes_per_s(self) -> float:
@@ -55,6 +65,7 @@ class JurorStats:
     def count(self, cast: Cast) -> None:
         self.asked += 1
         self.abstained += cast.abstained
+        self.read_false += int(cast.abstained and cast.error is None and self.unparsable_is_false)
         self.retried += cast.attempts == 2
         self.errors += cast.error is not None
         self.last_error = cast.error or self.last_error
@@ -63,8 +74,11 @@ class JurorStats:
 
     def lines(self) -> list[str]:
         """This juror's summary: asked, cast, abstained, speed, paths, and its slot mass."""
+        votes = f"cast {self.valid} valid vote(s)"
+        if self.read_false:
+            votes = f"cast {self.cast} vote(s) ({self.valid} valid, {self.read_false} unparsable read as false by the study's rule)"
         line = (
-            f"  {self.juror}: asked {self.asked}, cast {self.cast} valid vote(s), already stored {self.skipped}, abstained "
+            f"  {self.juror}: asked {self.asked}, {votes}, already stored {self.skipped}, abstained "
             f"{self.abstained} (retried {self.retried}, transport errors {self.errors}), {self.seconds:.1f}s"
         )
         if self.asked:
@@ -152,10 +166,21 @@ class Tally:
 
     @property
     def cast(self) -> int:
+        """Votes cast as the rules count them (:attr:`JurorStats.cast`); none at all fails the command."""
         return sum(j.cast for j in self.jurors)
 
+    @property
+    def valid(self) -> int:
+        return sum(j.valid for j in self.jurors)
+
+    @property
+    def read_false(self) -> int:
+        return sum(j.read_false for j in self.jurors)
+
     def tally_lines(self) -> list[str]:
-        """Each juror's lines, the jury-of-one note, compaction, and valid votes cast of those asked."""
+        """Each juror's lines, the jury-of-one note, compaction, and valid votes cast of those asked;
+        under the study's rules, how many unparsable replies were read as false votes, with a
+        warning when no reply at all could be read."""
         lines: list[str] = []
         for j in self.jurors:
             lines += j.lines()
@@ -163,5 +188,21 @@ class Tally:
             lines.append("  note: a jury of one -- its vote is the verdict; the report labels it as such")
         if self.compacted:
             lines.append(f"  {self.compacted} superseded vote row(s) compacted away")
-        lines.append(f"valid votes cast: {self.cast} of {self.asked} asked")
+        line = f"valid votes cast: {self.valid} of {self.asked} asked"
+        if self.read_false:
+            line += f"; the study's rule reads the {self.read_false} unparsable reply(ies) as false votes (every label false)"
+        lines.append(line)
+        if self.asked and not self.valid and self.read_false:
+            lines.append(study_no_valid_vote_line(self.jurors))
         return lines
+
+
+def study_no_valid_vote_line(stats: Sequence[JurorStats]) -> str:
+    """The warning a judge command prints, and does not fail with, when the jury wrote no readable
+    reply but the study's rule counts the unparsable ones: what that rule made of them."""
+    read_false = sum(j.read_false for j in stats)
+    return (
+        f"warning: {no_vote_line(stats).split(';')[0]}; under the study's conventions each of the {read_false} unparsable "
+        "reply(ies) counts as a false vote, as the study counted them (scripts/panel_combine.py lines 71-75 at 08d2bae), "
+        "so every label of those trials is false"
+    )

@@ -70,6 +70,15 @@ def _plt():
     return plt
 
 
+def _save_png(plt: Any, fig: Any, path: Path) -> Path:
+    """``fig`` as a PNG written atomically to ``path``, then closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    rundir.write_bytes(path, buf.getvalue())
+    plt.close(fig)
+    return path
+
+
 def plot_roc(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float | None]], path: Path, title: str) -> Path:
     """One ROC curve per readout: ``name -> (scores, labels, auroc)``."""
     plt = _plt()
@@ -85,11 +94,7 @@ def plot_roc(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    rundir.write_bytes(path, buf.getvalue())
-    plt.close(fig)
-    return path
+    return _save_png(plt, fig, path)
 
 
 def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequence[float | None], Sequence[float]]], path: Path, title: str, floor: float = 0.5, score_label: str = "score") -> Path:
@@ -116,11 +121,7 @@ def plot_mass_vs_score(panels: Mapping[str, tuple[Sequence[float | None], Sequen
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    rundir.write_bytes(path, buf.getvalue())
-    plt.close(fig)
-    return path
+    return _save_png(plt, fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,14 +150,12 @@ def _run_table(meta: Mapping[str, Any]) -> Table:
     return Table(["", "value"], rows)
 
 
-def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
-    """The reader-forecast report; writes its plots into ``folder``."""
+def _forecast_method(summary: ForecastSummary) -> list[Any]:
+    """What the forecast run measured: the note, the reader, the forecast, and the prompts."""
     from sleight.readout.audit.presets import FORECAST_QUESTION, FORECAST_STEM
-    from sleight.readout.forecast.pipeline import NOTE_PROMPT, POSITIONS
+    from sleight.readout.forecast.pipeline import NOTE_PROMPT
 
-    rep = Report("Reader forecast: does the forecast rank the reader's correctness?")
-    rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
-    rep.add(
+    return [
         Heading("What was measured"),
         Para(
             f"For each item the model wrote a note about the passage (greedy, cut to {summary.notes['max_words']} words; "
@@ -168,114 +167,154 @@ def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]],
             f"(`{FORECAST_STEM}` prefilled), renormalised over 10, 30, 50, 70, 90: p_S = sum(int(o)/100 * p_o)."
         ),
         Code("Note prompt:\n" + NOTE_PROMPT + "\n\nForecast question:\n" + FORECAST_QUESTION),
-    )
-    rd = summary.reader
-    rep.add(
-        Heading("The note-only reader"),
-        Table(
-            ["option strings", "accuracy", "choices", "median option mass", "below floor"],
-            [
-                ["unspaced `A`..`D`" + (" (target)" if rd.get("target", "unspaced") == "unspaced" else ""), fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
-                ["spaced ` A`..` D`" + (" (target)" if rd.get("target") == "spaced" else ""), fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
-            ],
-            note=(
-                f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "
-                f"(agreement {fmt(rd['spaced_unspaced_agreement'])}). Gold letters: {fmt(rd['gold'])}."
-            ),
+    ]
+
+
+def _reader_table(rd: Mapping[str, Any]) -> Table:
+    """The note-only reader with unspaced and spaced option strings."""
+    return Table(
+        ["option strings", "accuracy", "choices", "median option mass", "below floor"],
+        [
+            ["unspaced `A`..`D`" + (" (target)" if rd.get("target", "unspaced") == "unspaced" else ""), fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
+            ["spaced ` A`..` D`" + (" (target)" if rd.get("target") == "spaced" else ""), fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
+        ],
+        note=(
+            f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "
+            f"(agreement {fmt(rd['spaced_unspaced_agreement'])}). Gold letters: {fmt(rd['gold'])}."
         ),
     )
+
+
+def _positions_table(summary: ForecastSummary) -> Table:
+    """Per position: how well the forecast ranks correctness, its calibration and its option mass."""
+    from sleight.readout.forecast.pipeline import POSITIONS
+
     pos = summary.positions
-    rep.add(
-        Heading("Does the forecast rank correctness?"),
-        Table(
-            ["position", "AUROC [95% CI]", "Brier [95% CI]", "mean forecast", "median mass", "min mass", "below floor", "argmax", "continuation"],
+    return Table(
+        ["position", "AUROC [95% CI]", "Brier [95% CI]", "mean forecast", "median mass", "min mass", "below floor", "argmax", "continuation"],
+        [
             [
-                [
-                    p,
-                    _ci(pos[p]["auroc"]),
-                    _ci(pos[p]["brier"]),
-                    fmt(pos[p]["mean_forecast"]),
-                    fmt(pos[p]["mass"]["median"], digits=4),
-                    fmt(pos[p]["mass"]["min"], digits=4),
-                    f"{pos[p]['mass']['below_floor']}/{pos[p]['mass']['n']}",
-                    top_count(pos[p]["argmax_class"]),
-                    top_count(pos[p]["continuation_class"]),
-                ]
-                for p in POSITIONS
-            ],
-            note=(
-                f"Scored on {summary.n_scored} items in {summary.n_clusters} passage clusters. Brier references: a constant "
-                f"forecast of 0.5 scores {fmt(summary.brier_reference['constant_0.5'])}; the in-sample base rate "
-                f"({fmt(summary.brier_reference['base_rate_value'])}) scores {fmt(summary.brier_reference['base_rate'])}. "
-                "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5). "
-                f"{UNDEFINED}"
-            ),
+                p,
+                _ci(pos[p]["auroc"]),
+                _ci(pos[p]["brier"]),
+                fmt(pos[p]["mean_forecast"]),
+                fmt(pos[p]["mass"]["median"], digits=4),
+                fmt(pos[p]["mass"]["min"], digits=4),
+                f"{pos[p]['mass']['below_floor']}/{pos[p]['mass']['n']}",
+                top_count(pos[p]["argmax_class"]),
+                top_count(pos[p]["continuation_class"]),
+            ]
+            for p in POSITIONS
+        ],
+        note=(
+            f"Scored on {summary.n_scored} items in {summary.n_clusters} passage clusters. Brier references: a constant "
+            f"forecast of 0.5 scores {fmt(summary.brier_reference['constant_0.5'])}; the in-sample base rate "
+            f"({fmt(summary.brier_reference['base_rate_value'])}) scores {fmt(summary.brier_reference['base_rate'])}. "
+            "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5). "
+            f"{UNDEFINED}"
         ),
     )
-    g = summary.gain
-    rep.add(
-        Heading("Stem minus original (paired cluster bootstrap)"),
-        Table(
-            ["metric", "stem", "original", "gain (positive = stem better)", "95% CI of the gain"],
-            [
-                [m, fmt((g[m] or {}).get("estimate_a")), fmt((g[m] or {}).get("estimate_b")), fmt((g[m] or {}).get("gain")), f"[{fmt((g[m] or {}).get('gain_low'))}, {fmt((g[m] or {}).get('gain_high'))}]"]
-                for m in ("auroc", "brier")
-            ],
-            note="Both positions are resampled on the same replicates, whole passages at a time (clusters = passages; one item per passage makes them items).",
-        ),
+
+
+def _gain_table(g: Mapping[str, Any]) -> Table:
+    """Stem minus original for AUROC and Brier, with the paired bootstrap interval of the gain."""
+    return Table(
+        ["metric", "stem", "original", "gain (positive = stem better)", "95% CI of the gain"],
+        [
+            [m, fmt((g[m] or {}).get("estimate_a")), fmt((g[m] or {}).get("estimate_b")), fmt((g[m] or {}).get("gain")), f"[{fmt((g[m] or {}).get('gain_low'))}, {fmt((g[m] or {}).get('gain_high'))}]"]
+            for m in ("auroc", "brier")
+        ],
+        note="Both positions are resampled on the same replicates, whole passages at a time (clusters = passages; one item per passage makes them items).",
     )
+
+
+Curve = tuple[list[Any], list[Any], float | None]
+Panel = tuple[list[Any], list[Any], list[Any]]
+
+
+def _curve_and_panel(rows: Sequence[Mapping[str, Any]], target: Sequence[Any], auc: float | None, shown: Sequence[Any] | None = None) -> tuple[Curve, Panel]:
+    """One readout's ROC curve (scores, targets, AUROC) and mass panel (option mass, ``shown``
+    scores (default: the scores), targets) from its scored rows."""
+    scores = [r["score"] for r in rows]
+    return (scores, list(target), auc), ([r["option_mass"] for r in rows], list(shown if shown is not None else scores), list(target))
+
+
+def _plot_pair(folder: Path, names: tuple[str, str], curves: Mapping[str, Curve], panels: Mapping[str, Panel], titles: tuple[str, str], score_label: str) -> None:
+    """The ROC plot and the mass-against-score plot of one set of readouts, as ``names`` in ``folder``."""
+    plot_roc(curves, folder / names[0], titles[0])
+    plot_mass_vs_score(panels, folder / names[1], titles[1], score_label=score_label)
+
+
+def _forecast_figures(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], folder: Path) -> list[Any]:
+    """Plot the forecast at each position against the reader's correctness; the figure blocks."""
+    from sleight.readout.forecast.pipeline import POSITIONS
+
     curves, panels = {}, {}
     for p in POSITIONS:
         pr = [r for r in rows if r["position"] == p and r["correct"] is not None and r["score"] is not None]
-        y = [float(r["correct"]) for r in pr]
-        curves[p] = ([r["score"] for r in pr], y, (pos[p]["auroc"] or {}).get("estimate"))
-        panels[p] = ([r["option_mass"] for r in pr], [r["score"] for r in pr], y)
-    plot_roc(curves, folder / "roc.png", "Forecast p_S vs the reader's correctness")
-    plot_mass_vs_score(panels, folder / "mass_vs_score.png", "Option mass at the scored position vs forecast", score_label="forecast p_S")
-    rep.add(
+        curves[p], panels[p] = _curve_and_panel(pr, [float(r["correct"]) for r in pr], (summary.positions[p]["auroc"] or {}).get("estimate"))
+    _plot_pair(
+        folder, ("roc.png", "mass_vs_score.png"), curves, panels,
+        ("Forecast p_S vs the reader's correctness", "Option mass at the scored position vs forecast"), "forecast p_S",
+    )
+    return [
         Heading("Figures"),
         Figure("roc.png", "ROC curves of the forecast at each position against the reader's correctness."),
         Figure("mass_vs_score.png", "Option mass (log scale; dashed: floor 0.5) against the forecast, coloured by the reader's correctness."),
-    )
+    ]
+
+
+def _worked_example(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The first item at each position: its note, the reader's pick and what the forecast read (none without rows)."""
     ex = [r for r in rows if r["item_id"] == rows[0]["item_id"]] if rows else []
-    if ex:
-        r0 = ex[0]
-        rep.add(
-            Heading(f"Worked example: item {r0['item_id']}"),
-            Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary.notes['max_words'])} kept): {r0['note']}"),
-            Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else MISSING}."),
-            Table(
-                ["position", "rendered ending", "top next tokens", "option mass", "p(10..90)", "forecast p_S", "continuation"],
+    if not ex:
+        return []
+    r0 = ex[0]
+    return [
+        Heading(f"Worked example: item {r0['item_id']}"),
+        Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary.notes['max_words'])} kept): {r0['note']}"),
+        Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else MISSING}."),
+        Table(
+            ["position", "rendered ending", "top next tokens", "option mass", "p(10..90)", "forecast p_S", "continuation"],
+            [
                 [
-                    [
-                        r["position"],
-                        f"`{(r.get('context_tail') or '')[-48:]!r}`",
-                        ", ".join(f"{t['token']!r} {t['prob']:.2f}" for t in (r.get("top_tokens") or [])[:4]),
-                        fmt(r["option_mass"], digits=4),
-                        " / ".join(f"{p:.2f}" for p in (r.get("option_probs") or [])),
-                        fmt(r["score"]),
-                        f"{r.get('continuation')!r}",
-                    ]
-                    for r in ex
-                ],
-            ),
-        )
+                    r["position"],
+                    f"`{(r.get('context_tail') or '')[-48:]!r}`",
+                    ", ".join(f"{t['token']!r} {t['prob']:.2f}" for t in (r.get("top_tokens") or [])[:4]),
+                    fmt(r["option_mass"], digits=4),
+                    " / ".join(f"{p:.2f}" for p in (r.get("option_probs") or [])),
+                    fmt(r["score"]),
+                    f"{r.get('continuation')!r}",
+                ]
+                for r in ex
+            ],
+        ),
+    ]
+
+
+def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+    """The reader-forecast report; writes its plots into ``folder``."""
+    rep = Report("Reader forecast: does the forecast rank the reader's correctness?")
+    rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
+    rep.add(*_forecast_method(summary))
+    rep.add(Heading("The note-only reader"), _reader_table(summary.reader))
+    rep.add(Heading("Does the forecast rank correctness?"), _positions_table(summary))
+    rep.add(Heading("Stem minus original (paired cluster bootstrap)"), _gain_table(summary.gain))
+    rep.add(*_forecast_figures(summary, rows, folder))
+    rep.add(*_worked_example(summary, rows))
     return rep
 
 
-def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
-    """The P(True) report; writes its plots into ``folder``."""
-    from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE, READOUT_LABELS
-    from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
+def _ptrue_method(meta: Mapping[str, Any]) -> list[Any]:
+    """What the P(True) run measured: the prompt, its five readings, and the two answer settings."""
+    from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE
 
-    rep = Report("P(True): do five readouts of the same prompt rank answer correctness?")
     rendering = (
         "wrapped as one user turn with the generation prompt"
         if meta.get("instruct", True)
         else "as a raw prompt string with no chat template (lm-polygraph's instruct=False)"
     )
-    rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
-    rep.add(
+    return [
         Heading("What was measured"),
         Para(
             f"lm-polygraph's P(True) prompt, {rendering}, read five ways. **Library**: "
@@ -292,73 +331,103 @@ def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta:
             "**constructed** -- each question with its gold answer (label 1) and a plausible wrong answer (label 0); the two "
             "rows of a question are one bootstrap cluster."
         ),
+    ]
+
+
+def _readouts_table(s: Mapping[str, Any]) -> Table:
+    """One setting's five readouts: AUROC, PRR, options, option mass and what the model would say."""
+    from sleight.readout.ptrue.readouts import READOUT_LABELS
+    from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
+
+    return Table(
+        ["readout", "n", "AUROC [95% CI]", "PRR [95% CI]", "options", "median mass", "below floor", "argmax class", "argmax token", "continuation"],
+        [
+            [
+                READOUT_LABELS[r],
+                str(s["readouts"][r]["n_scored"]),
+                _ci(s["readouts"][r]["auroc"]),
+                _ci(s["readouts"][r]["prr"]),
+                " / ".join(f"`{o}`" for o in s["readouts"][r]["options"]),
+                fmt(s["readouts"][r]["mass"]["median"], digits=4),
+                f"{s['readouts'][r]['mass']['below_floor']}/{s['readouts'][r]['mass']['n']}",
+                top_count(s["readouts"][r]["argmax_class"]),
+                top_count(s["readouts"][r]["argmax_token"]),
+                top_count(s["readouts"][r]["continuation_class"]),
+            ]
+            for r in READOUTS
+        ],
+        note=(
+            "Library and Renormalised share one scored position, so their mass and argmax are the same; mass is over the "
+            f"readout's own options' distinct first tokens (floor 0.5). {UNDEFINED}"
+        ),
     )
+
+
+def _vs_library_table(s: Mapping[str, Any]) -> Table:
+    """One setting's readouts minus Library, on the paired bootstrap."""
+    from sleight.readout.ptrue.readouts import READOUT_LABELS
+    from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
+
+    return Table(
+        ["readout minus Library", "ΔAUROC [95% CI]", "ΔPRR [95% CI]"],
+        [
+            [
+                READOUT_LABELS[r],
+                _ci(s["vs_library"][r]["auroc"], "diff"),
+                _ci(s["vs_library"][r]["prr"], "diff"),
+            ]
+            for r in READOUTS
+            if r != "library"
+        ],
+        note="Paired cluster bootstrap: both readouts are evaluated on the same resampled items in every replicate.",
+    )
+
+
+def _ptrue_figures(setting: str, s: Mapping[str, Any], srows: Sequence[Mapping[str, Any]], folder: Path) -> list[Any]:
+    """Plot one setting's five readouts against the label; the figure blocks."""
+    from sleight.readout.ptrue.readouts import READOUT_LABELS
+    from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
+
+    curves, panels = {}, {}
+    for r in READOUTS:
+        rr = [x for x in srows if x["readout"] == r and x["score"] is not None]
+        auc = (s["readouts"][r]["auroc"] or {}).get("estimate")
+        prob = [math.exp(x["score"]) if r == "library" else x["score"] for x in rr]
+        curves[READOUT_LABELS[r]], panels[READOUT_LABELS[r]] = _curve_and_panel(rr, [x["label"] for x in rr], auc, prob)
+    roc, scat = f"roc_{setting}.png", f"mass_vs_score_{setting}.png"
+    _plot_pair(
+        folder, (roc, scat), curves, panels,
+        (f"P(True) readouts vs correctness ({setting})", f"Option mass vs score ({setting})"), "score (Library: P(True))",
+    )
+    return [
+        Figure(roc, f"ROC curves of the five readouts ({setting} answers)."),
+        Figure(scat, f"Option mass at each readout's scored position (log scale; dashed: floor 0.5) against its score ({setting})."),
+    ]
+
+
+def _own_answers_table(srows: Sequence[Mapping[str, Any]]) -> Table:
+    """The first of the model's own answers, with their labels and Library P(True)."""
+    lib = [x for x in srows if x["readout"] == "library"][:8]
+    return Table(
+        ["item", "model's answer", "matched", "label", "Library P(True)"],
+        [[x["item_id"], (x["answer"][:90] + ("..." if len(x["answer"]) > 90 else "")), str(x["matched"]), str(int(x["label"])), fmt(x["library_prob"])] for x in lib],
+        note="The first answers of this setting (all are in readings.parquet).",
+    )
+
+
+def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+    """The P(True) report; writes its plots into ``folder``."""
+    rep = Report("P(True): do five readouts of the same prompt rank answer correctness?")
+    rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
+    rep.add(*_ptrue_method(meta))
     for setting, s in summary.settings.items():
         rep.add(Heading(f"Setting: {setting}"))
         rep.add(Para(f"{s['n_pairs']} pairs in {s['n_clusters']} clusters; {s['n_correct']} labelled correct ({fmt(s['rate_correct'])})."))
-        rep.add(
-            Table(
-                ["readout", "n", "AUROC [95% CI]", "PRR [95% CI]", "options", "median mass", "below floor", "argmax class", "argmax token", "continuation"],
-                [
-                    [
-                        READOUT_LABELS[r],
-                        str(s["readouts"][r]["n_scored"]),
-                        _ci(s["readouts"][r]["auroc"]),
-                        _ci(s["readouts"][r]["prr"]),
-                        " / ".join(f"`{o}`" for o in s["readouts"][r]["options"]),
-                        fmt(s["readouts"][r]["mass"]["median"], digits=4),
-                        f"{s['readouts'][r]['mass']['below_floor']}/{s['readouts'][r]['mass']['n']}",
-                        top_count(s["readouts"][r]["argmax_class"]),
-                        top_count(s["readouts"][r]["argmax_token"]),
-                        top_count(s["readouts"][r]["continuation_class"]),
-                    ]
-                    for r in READOUTS
-                ],
-                note=(
-                    "Library and Renormalised share one scored position, so their mass and argmax are the same; mass is over the "
-                    f"readout's own options' distinct first tokens (floor 0.5). {UNDEFINED}"
-                ),
-            )
-        )
-        rep.add(
-            Table(
-                ["readout minus Library", "ΔAUROC [95% CI]", "ΔPRR [95% CI]"],
-                [
-                    [
-                        READOUT_LABELS[r],
-                        _ci(s["vs_library"][r]["auroc"], "diff"),
-                        _ci(s["vs_library"][r]["prr"], "diff"),
-                    ]
-                    for r in READOUTS
-                    if r != "library"
-                ],
-                note="Paired cluster bootstrap: both readouts are evaluated on the same resampled items in every replicate.",
-            )
-        )
+        rep.add(_readouts_table(s), _vs_library_table(s))
         srows = [r for r in rows if r["setting"] == setting]
-        curves, panels = {}, {}
-        for r in READOUTS:
-            rr = [x for x in srows if x["readout"] == r and x["score"] is not None]
-            auc = (s["readouts"][r]["auroc"] or {}).get("estimate")
-            curves[READOUT_LABELS[r]] = ([x["score"] for x in rr], [x["label"] for x in rr], auc)
-            prob = [math.exp(x["score"]) if r == "library" else x["score"] for x in rr]
-            panels[READOUT_LABELS[r]] = ([x["option_mass"] for x in rr], prob, [x["label"] for x in rr])
-        roc, scat = f"roc_{setting}.png", f"mass_vs_score_{setting}.png"
-        plot_roc(curves, folder / roc, f"P(True) readouts vs correctness ({setting})")
-        plot_mass_vs_score(panels, folder / scat, f"Option mass vs score ({setting})", score_label="score (Library: P(True))")
-        rep.add(
-            Figure(roc, f"ROC curves of the five readouts ({setting} answers)."),
-            Figure(scat, f"Option mass at each readout's scored position (log scale; dashed: floor 0.5) against its score ({setting})."),
-        )
+        rep.add(*_ptrue_figures(setting, s, srows, folder))
         if setting == "own":
-            lib = [x for x in srows if x["readout"] == "library"][:8]
-            rep.add(
-                Table(
-                    ["item", "model's answer", "matched", "label", "Library P(True)"],
-                    [[x["item_id"], (x["answer"][:90] + ("..." if len(x["answer"]) > 90 else "")), str(x["matched"]), str(int(x["label"])), fmt(x["library_prob"])] for x in lib],
-                    note="The first answers of this setting (all are in readings.parquet).",
-                )
-            )
+            rep.add(_own_answers_table(srows))
     return rep
 
 

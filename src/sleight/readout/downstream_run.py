@@ -32,6 +32,7 @@ from sleight.errors import UserError
 from sleight.progress import SweepProgress
 from sleight.readout.audit.measure import SCHEMA as MEASURE_SCHEMA
 from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
+from sleight.readout.ptrue.answers import POLYGRAPH_STOP
 from sleight.rundir import RunDir
 
 if TYPE_CHECKING:  # the pipelines are imported where used (_kind_parts)
@@ -368,6 +369,7 @@ class PTrueConfig(DownstreamConfig):
 
     def _own(self) -> dict[str, Any]:
         own: dict[str, Any] = {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
+        own["answer_stop"] = list(POLYGRAPH_STOP)  # own answers end after the first newline (App. E's lm-polygraph configs)
         if self.decode == "sampled":
             own.update(decode=self.decode, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, sample_seed=self.sample_seed)
         return own

@@ -6,12 +6,18 @@ pickles); :func:`prepare` checks it before any model loads and :func:`execute` r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sleight.backends.spec import ModelSpec
 from sleight.errors import UserError
+from sleight.tamper.data import ENTITY_INDEX, Question, digest
+from sleight.tamper.engine import TamperConfig
+
+if TYPE_CHECKING:
+    from sleight.tamper.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ def default_out(model_spec: str) -> Path:
 
 @dataclass
 class Prepared:
-    """A job checked and ready, before any model is loaded."""
+    """A run checked and ready, before any model is loaded: its inputs, its manifest ``config``
+    (built once, here, with the model's load settings) and the run directory opened against it."""
 
     out: Path
     store: Any  # sleight.tamper.store.RunStore
@@ -80,6 +87,8 @@ class Prepared:
     decoding: str
     mine: list[int]  # this shard's question indices
     left: bool  # whether any of them is still to do
+    spec: ModelSpec
+    run_config: dict[str, Any]  # the manifest's config: everything that decides the records
 
     def nothing_to_do(self) -> str:
         """Record the (no-op) session that may complete the run, and say so in one line."""
@@ -93,6 +102,11 @@ class Prepared:
 def check_scorer(spec: ModelSpec, conventions: str) -> None:
     """The full-vocabulary entropy of ``--conventions sleight`` is the one record vLLM cannot give:
     it needs the twin, asked for by name, never loaded silently."""
+    if spec.engine == "openai" and conventions == "sleight":
+        raise UserError(
+            "--conventions sleight records the exact full-vocabulary entropy, which an OpenAI-compatible server does not "
+            "return (top-k log-probs only); use the study's conventions"
+        )
     if spec.engine == "vllm" and conventions == "sleight" and spec.scorer != "twin":
         raise UserError(
             "--conventions sleight records the exact full-vocabulary entropy, which vLLM does not return; "
@@ -117,73 +131,100 @@ def prepare(job: TamperJob) -> Prepared:
     shard = parse_shard(job.shard)
     questions, qsrc = load_questions(t.questions_file, t.questions)
     substitutes, ssrc = load_substitutes(t.substitutes_file, t.substitutes)
-    out = job.run_dir
-    from sleight.paths import check_writable
-
-    check_writable(out, "--out")
-
-    from sleight.backends import default_dtype
-    from sleight.tamper.engine import TamperConfig
-    from sleight.tamper.runner import check_conventions, run_config
-    from sleight.tamper.store import RunStore
-
     try:
         config = TamperConfig(trigger=t.trigger, max_new_tokens=t.max_new_tokens, conventions=t.conventions, punctuation_led=t.punctuation_led)
     except ValueError as exc:
         raise UserError(f"--punctuation-led: {exc}") from None
-    decoding = t.decoding or ("two-phase" if job.model.engine == "vllm" else "lockstep")
-    # Refuse a directory made with another config before spending time loading the model.
+    return plan_run(
+        job.model, questions, substitutes, job.run_dir, config, sources=(qsrc, ssrc), decoding=t.decoding, shard=shard, overwrite=job.overwrite
+    )
+
+
+def plan_run(
+    spec: ModelSpec,
+    questions: Sequence[Any],
+    substitutes: Sequence[str],
+    out: Path | str,
+    config: Any = None,
+    *,
+    sources: tuple[str, str] = ("shipped", "shipped"),
+    decoding: str | None = None,
+    shard: Any = None,
+    overwrite: bool = False,
+) -> Prepared:
+    """The one place a run's manifest config is built and its directory checked against it: a
+    directory made with another config (other weights, another quantization or revision, another
+    scorer, other trials) is refused in one line, before any model loads. ``decoding`` None:
+    lockstep on hf, two-phase on vllm."""
+    from sleight.backends import default_dtype
+    from sleight.paths import check_writable
+    from sleight.rundir import ALL
+    from sleight.tamper.store import RunStore
+
+    check_writable(out, "--out")
+    config = config or TamperConfig()
+    shard = shard or ALL
+    decoding = decoding or ("two-phase" if spec.engine in ("vllm", "openai") else "lockstep")
+    spec = spec if spec.dtype or spec.engine == "openai" else spec.with_(dtype=default_dtype(spec.engine))  # a server's dtype is its own
     store = RunStore(out)
-    spec = job.model
-    cfg = run_config(spec.model, spec.engine, spec.dtype or default_dtype(spec.engine), config, questions, substitutes, qsrc, ssrc, decoding,
-                     load=load_record(spec))  # fmt: skip
-    if not job.overwrite:
+    cfg = run_config(spec, config, questions, substitutes, *sources, decoding)
+    if not overwrite:
         check_conventions(store, cfg)
-    store.check_config(cfg, overwrite=job.overwrite)
+    store.check_config(cfg, overwrite=overwrite)
     mine = shard.indices(len(questions))
     left = store.read_manifest() is None or not store.done(mine) >= set(mine)
-    return Prepared(Path(out), store, shard, questions, substitutes, (qsrc, ssrc), config, decoding, mine, left)
+    return Prepared(Path(out), store, shard, list(questions), list(substitutes), sources, config, decoding, mine, left, spec, cfg)
 
 
-def load_record(spec: ModelSpec) -> dict[str, Any]:
-    """The load settings that change a vllm run's records (quantized weights score differently; the
-    twin's entropy is another number), for the manifest's config; ``{}`` on hf."""
-    if spec.engine != "vllm":
-        return {}
-    keep = ("revision", "quantization", "load_format", "scorer")
-    return {k: getattr(spec, k) for k in keep if getattr(spec, k) is not None}
+def run_config(
+    spec: ModelSpec,
+    config: TamperConfig,
+    questions: Sequence[Question],
+    substitutes: Sequence[str],
+    question_source: str = "shipped",
+    substitute_source: str = "shipped",
+    decoding: str = "lockstep",
+) -> dict[str, Any]:
+    """The manifest's ``config``: everything that decides the records (compared on resume).
+
+    ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`;
+    ``load``: the spec's load settings that change the records (revision, quantization, load format,
+    scorer; absent for a plain load). Built once per run, by :func:`sleight.tamper.job.plan_run`.
+    """
+    load = spec.load_record()
+    return {
+        "model": spec.model,
+        "engine": spec.engine,
+        "dtype": spec.dtype,
+        "decoding": decoding,
+        **({"load": load} if load else {}),
+        **asdict(config),
+        "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
+        "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},
+        "question_source": question_source,
+        "substitute_source": substitute_source,
+    }
 
 
-def execute(job: TamperJob) -> list[str]:
-    """Run the job; its summary lines (a sweep task calls this in its worker)."""
-    from sleight.backends import load_model
-    from sleight.tamper.runner import LIVE_ROWS, run_tamper, trigger_note
+CONVENTION_KEYS = ("conventions", "punctuation_led")
 
-    prep = prepare(job)
-    if not prep.left:
-        return [prep.nothing_to_do()]
-    out, shard, t = prep.out, prep.shard, job.trials
-    qsrc, ssrc = prep.sources
-    model = load_model(job.model)
-    summary = run_tamper(
-        model, prep.questions, prep.substitutes, out, prep.config, question_source=qsrc, substitute_source=ssrc, progress=job.progress,
-        shard=shard, decoding=prep.decoding, schedule=t.schedule, live_rows=t.live_rows or LIVE_ROWS,
-    )  # fmt: skip
-    rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
-    resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
-    n_q = summary.shard_questions if summary.shard_questions is not None else summary.questions
-    what = (
-        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes)"
-        if shard.whole
-        else f"shard {shard}: {n_q * summary.substitutes} trials ({n_q} of {summary.questions} questions x {summary.substitutes} substitutes)"
-    )
-    lines = [
-        f"{what} in {out}{resumed}; "
-        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
-    ]
-    if summary.decoding == "two-phase":
-        lines.append(f"two-phase decoding: {summary.disagreements} position(s) where the scoring pass's argmax is not the decided token")
-    note = trigger_note(t.trigger, n_q, summary.untouched_questions)
-    if note:
-        lines.append(note)
-    return lines
+
+def _conventions_flags(c: dict[str, Any]) -> str:
+    return f"--conventions {c['conventions']}" + (" --punctuation-led" if c["punctuation_led"] else "")
+
+
+def check_conventions(store: RunStore, config: dict[str, Any]) -> None:
+    """Refuse, in one line, to resume a run directory made under other conventions. A directory made
+    before they were recorded was made with sleight's own (``--conventions sleight``), and resumes so."""
+    old = store.read_manifest()
+    if old is None:
+        return
+    was = old.get("config") or {}
+    then = {"conventions": was.get("conventions", "sleight"), "punctuation_led": bool(was.get("punctuation_led", False))}
+    now = {k: config.get(k, TamperConfig.__dataclass_fields__[k].default) for k in CONVENTION_KEYS}
+    if then != now:
+        how = "before the conventions were recorded, so with" if "conventions" not in was else "with"
+        raise UserError(
+            f"run directory {store.dir} was made {how} {_conventions_flags(then)}, not {_conventions_flags(now)}; "
+            "pass those flags to resume it, use another --out, or --overwrite to start over"
+        )

@@ -2,18 +2,20 @@
 
 The Python API mirrors the CLI::
 
-    from sleight.backends import load_model
+    from sleight.backends import ModelSpec, load_model
+    from sleight.tamper.job import TamperJob, TrialSettings, prepare
     from sleight.tamper.runner import run_tamper
-    from sleight.tamper.data import load_questions, load_substitutes
-    qs, qsrc = load_questions(limit=5); subs, ssrc = load_substitutes(limit=10)
-    run_tamper(load_model(), qs, subs, "runs/x", question_source=qsrc, substitute_source=ssrc)
+    job = TamperJob(ModelSpec("smollm2-135m-instruct"), TrialSettings(questions=5, substitutes=10), out="runs/x")
+    run_tamper(load_model(job.model), prepare(job))
+
+or, with explicit inputs, ``run_tamper(model, plan_run(spec, questions, substitutes, out, config))``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ from sleight.errors import UserError
 from sleight.progress import SweepProgress
 from sleight.rundir import ALL, Shard, versions
 from sleight.tamper import two_phase
-from sleight.tamper.data import ENTITY_INDEX, Question, digest
-from sleight.tamper.engine import TamperConfig, batched_trials, clean_run, render_question
+from sleight.tamper.data import ENTITY_INDEX
+from sleight.tamper.engine import batched_trials, clean_run, render_question
+from sleight.tamper.job import Prepared, TamperJob, prepare
 from sleight.tamper.records import clean_table, trials_table
 from sleight.tamper.schedule import SCHEDULES, StreamStats, can_schedule, scheduled_questions
 from sleight.tamper.store import RunStore
@@ -52,82 +55,13 @@ class RunSummary:
         return self.questions * self.substitutes
 
 
-def run_config(
-    model_spec: str,
-    engine: str,
-    dtype: str,
-    config: TamperConfig,
-    questions: Sequence[Question],
-    substitutes: Sequence[str],
-    question_source: str = "shipped",
-    substitute_source: str = "shipped",
-    decoding: str = "lockstep",
-    load: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The manifest's ``config``: everything that decides the records (compared on resume).
+def run_tamper(model: LanguageModel, prep: Prepared, *, progress: bool = True, schedule: str = "sweep", live_rows: int = LIVE_ROWS) -> RunSummary:
+    """Run (or resume) the prepared run (:func:`sleight.tamper.job.plan_run` built its config and
+    checked its directory); each question's trials are committed atomically.
 
-    ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`;
-    ``load``: the vllm settings that change the records (quantization, scorer, ...; none on hf).
-    """
-    return {
-        "model": model_spec,
-        "engine": engine,
-        "dtype": dtype,
-        "decoding": decoding,
-        **({"load": load} if load else {}),
-        **asdict(config),
-        "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
-        "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},
-        "question_source": question_source,
-        "substitute_source": substitute_source,
-    }
-
-
-CONVENTION_KEYS = ("conventions", "punctuation_led")
-
-
-def _conventions_flags(c: dict[str, Any]) -> str:
-    return f"--conventions {c['conventions']}" + (" --punctuation-led" if c["punctuation_led"] else "")
-
-
-def check_conventions(store: RunStore, config: dict[str, Any]) -> None:
-    """Refuse, in one line, to resume a run directory made under other conventions. A directory made
-    before they were recorded was made with sleight's own (``--conventions sleight``), and resumes so."""
-    old = store.read_manifest()
-    if old is None:
-        return
-    was = old.get("config") or {}
-    then = {"conventions": was.get("conventions", "sleight"), "punctuation_led": bool(was.get("punctuation_led", False))}
-    now = {k: config.get(k, TamperConfig.__dataclass_fields__[k].default) for k in CONVENTION_KEYS}
-    if then != now:
-        how = "before the conventions were recorded, so with" if "conventions" not in was else "with"
-        raise UserError(
-            f"run directory {store.dir} was made {how} {_conventions_flags(then)}, not {_conventions_flags(now)}; "
-            "pass those flags to resume it, use another --out, or --overwrite to start over"
-        )
-
-
-def run_tamper(
-    model: LanguageModel,
-    questions: Sequence[Question],
-    substitutes: Sequence[str],
-    out: Path | str,
-    config: TamperConfig = TamperConfig(),
-    *,
-    question_source: str = "shipped",
-    substitute_source: str = "shipped",
-    progress: bool = True,
-    shard: Shard = ALL,
-    overwrite: bool = False,
-    decoding: str = "lockstep",
-    schedule: str = "sweep",
-    live_rows: int = LIVE_ROWS,
-) -> RunSummary:
-    """Run (or resume) the sweep into ``out``; each question's trials are committed atomically.
-
-    ``shard`` K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
-    once, in several processes or machines, into one ``out``. ``overwrite`` starts ``out`` over.
-    ``decoding``: ``"lockstep"`` (per-step surgery, hf) or ``"two-phase"`` (:mod:`sleight.tamper.two_phase`).
+    The shard K/N runs only the questions whose index i has i % N == K - 1; several shards may run at
+    once, in several processes or machines, into one run directory.
+    ``prep.decoding``: ``"lockstep"`` (per-step surgery, hf) or ``"two-phase"`` (:mod:`sleight.tamper.two_phase`).
     ``schedule``: ``"sweep"`` (the default) decodes every clean run and every question's trials as
     requests to one continuously batched decode of at most ``live_rows`` rows
     (:mod:`sleight.tamper.schedule`; lockstep on an engine that batches continuously, else question
@@ -135,28 +69,24 @@ def run_tamper(
     results are committed per question either way. With ragged batches the sweep order measured
     1.52x the question order on a 2-core CPU (docs/results.md, "The full sweep").
     """
+    questions, substitutes, config, decoding, shard, store = prep.questions, prep.substitutes, prep.config, prep.decoding, prep.shard, prep.store
     if decoding not in two_phase.DECODINGS:
         raise ValueError(f"decoding must be one of {two_phase.DECODINGS}, not {decoding!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
     if live_rows < len(substitutes):
         raise UserError(f"--live-rows {live_rows} is below one question's {len(substitutes)} trial rows")
-    sweep = schedule == "sweep" and decoding == "lockstep" and can_schedule(model)
-    decide = (two_phase.clean_run, two_phase.batched_trials) if decoding == "two-phase" else (clean_run, batched_trials)
     info = model.info.as_dict()
-    store = RunStore(out)
-    cfg = run_config(info["spec"], info["engine"], info["dtype"], config, questions, substitutes, question_source, substitute_source, decoding)
-    if not overwrite:
-        check_conventions(store, cfg)
-    store.check_config(cfg, overwrite=overwrite)
+    _check_loaded(info, prep)
+    sweep = schedule == "sweep" and decoding == "lockstep" and can_schedule(model)
+    cfg = prep.run_config
     prompts = {q.id: render_question(model, q.question) for q in questions}
     store.open(cfg, info, {k: r.text for k, r in prompts.items()}, versions(), shard=shard)
-    mine = shard.indices(len(questions))
+    mine = prep.mine
     done = store.done(mine)
     todo = [i for i in mine if i not in done]
     n_sub = len(substitutes)
     start = time.perf_counter()
-    # The inner count restarts per question with what that phase can decode at most (SPEC §5).
     desc = "tamper" if shard.whole else f"tamper {shard}"
     prog = SweepProgress(len(mine) * n_sub, initial=len(done) * n_sub, unit="trial", desc=desc, enabled=progress)
     untouched = _untouched_committed(store, done)
@@ -176,23 +106,9 @@ def run_tamper(
         prog.finish_item(n_sub, q.id)
 
     try:
-        if sweep and todo:  # nothing left (a finished run again): no empty progress line
-            prog.start_item(f"{len(todo)} questions, <= {live_rows} rows", None)
-            work = [(i, prompts[questions[i].id]) for i in todo]
-            for i, clean, trials in scheduled_questions(model, work, substitutes, config, live_rows=live_rows, progress=prog.tokens, stats=stream):
-                untouched += not clean.triggers
-                commit(i, clean, trials)
-        else:
-            for i in todo:
-                q = questions[i]
-                prog.start_item(f"{q.id} clean", config.max_new_tokens)
-                clean = decide[0](model, prompts[q.id], config, prog.tokens)
-                if clean.triggers:
-                    prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
-                else:
-                    untouched += 1
-                    prog.start_item(f"{q.id} untouched", 0, new_item=False)
-                commit(i, clean, decide[1](model, clean, substitutes, config, prog.tokens))
+        for i, clean, trials in _decoded(model, prep, todo, prompts, prog, live_rows=live_rows if sweep else None, stream=stream):
+            untouched += not clean.triggers
+            commit(i, clean, trials)
         completed = True
     finally:
         prog.close()
@@ -203,9 +119,45 @@ def run_tamper(
                 store.session.record["engine_stats"] = model.engine_stats()
         store.finish(completed)
     return RunSummary(
-        Path(out), len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
+        prep.out, len(questions), n_sub, len(done), len(todo), time.perf_counter() - start, prog.total_tokens, untouched,
         shard, None if shard.whole else len(mine), decoding, stats.disagreements, "sweep" if sweep else "question",
     )
+
+
+def _check_loaded(info: dict[str, Any], prep: Prepared) -> None:
+    """The loaded model must be the one the run's config was built for (engine and load settings)."""
+    loaded = {"engine": info["engine"], "load": info.get("load") or {}}
+    planned = {"engine": prep.spec.engine, "load": prep.spec.load_record()}
+    if loaded != planned:
+        raise UserError(f"the model loaded ({loaded}) is not the one the run was prepared for ({planned})")
+
+
+def _decoded(
+    model: LanguageModel, prep: Prepared, todo: Sequence[int], prompts: dict[str, Any], prog: SweepProgress, *,
+    live_rows: int | None, stream: StreamStats | None,
+) -> Iterator[tuple[int, Any, list[Any]]]:
+    """Each question still to do as (index, clean run, trials), as it is decoded: all of them as one
+    continuously batched decode of at most ``live_rows`` rows, or (``live_rows`` None) one question
+    after the other on the run's decoding path."""
+    questions, substitutes, config = prep.questions, prep.substitutes, prep.config
+    if live_rows is not None:
+        if todo:  # nothing left (a finished run again): no empty progress line
+            prog.start_item(f"{len(todo)} questions, <= {live_rows} rows", None)
+            work = [(i, prompts[questions[i].id]) for i in todo]
+            yield from scheduled_questions(model, work, substitutes, config, live_rows=live_rows, progress=prog.tokens, stats=stream)
+        return
+    first, rest = (two_phase.clean_run, two_phase.batched_trials) if prep.decoding == "two-phase" else (clean_run, batched_trials)
+    n_sub = len(substitutes)
+    for i in todo:
+        q = questions[i]
+        # The inner count restarts per question with what that phase can decode at most (SPEC §5).
+        prog.start_item(f"{q.id} clean", config.max_new_tokens)
+        clean = first(model, prompts[q.id], config, prog.tokens)
+        if clean.triggers:
+            prog.start_item(f"{q.id} x{n_sub}", n_sub * (config.max_new_tokens - clean.triggers[0].start), new_item=False)
+        else:
+            prog.start_item(f"{q.id} untouched", 0, new_item=False)
+        yield i, clean, rest(model, clean, substitutes, config, prog.tokens)
 
 
 class _DecodeStats:
@@ -263,3 +215,32 @@ def trigger_note(trigger: str, questions: int, untouched: int) -> str | None:
         )
     return f"note: {untouched} of {questions} questions never met the trigger {trigger!r}; their trials are untouched (not judged)"
 
+
+def execute(job: TamperJob) -> list[str]:
+    """Run the job; its summary lines (a sweep task calls this in its worker)."""
+    from sleight.backends import load_model
+
+    prep = prepare(job)
+    if not prep.left:
+        return [prep.nothing_to_do()]
+    out, shard, t = prep.out, prep.shard, job.trials
+    model = load_model(job.model)
+    summary = run_tamper(model, prep, progress=job.progress, schedule=t.schedule, live_rows=t.live_rows or LIVE_ROWS)
+    rate = summary.new_questions * summary.substitutes / summary.seconds if summary.seconds > 0 else 0.0
+    resumed = f", {summary.resumed_questions} question(s) were already done" if summary.resumed_questions else ""
+    n_q = summary.shard_questions if summary.shard_questions is not None else summary.questions
+    what = (
+        f"{summary.trials} trials ({summary.questions} questions x {summary.substitutes} substitutes)"
+        if shard.whole
+        else f"shard {shard}: {n_q * summary.substitutes} trials ({n_q} of {summary.questions} questions x {summary.substitutes} substitutes)"
+    )
+    lines = [
+        f"{what} in {out}{resumed}; "
+        f"this session: {summary.new_questions} question(s), {summary.tokens} tokens in {summary.seconds:.1f}s ({rate:.2f} trials/s)"
+    ]
+    if summary.decoding == "two-phase":
+        lines.append(f"two-phase decoding: {summary.disagreements} position(s) where the scoring pass's argmax is not the decided token")
+    note = trigger_note(t.trigger, n_q, summary.untouched_questions)
+    if note:
+        lines.append(note)
+    return lines

@@ -1,5 +1,5 @@
 """Schedule the sweep, not the question: every clean run and every question's trials as requests
-to one continuously batched lockstep decode (:class:`sleight.backends.hf.GreedyStream`).
+to one continuously batched lockstep decode (:class:`sleight.backends.decode_stream.GreedyStream`).
 
 Question by question, each question's clean reply decodes alone at batch 1 and its trial batch
 empties as rows finish. Here all the clean runs are submitted up front (they decode together, as
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sleight.backends.base import Generation, LanguageModel, Rendered
+from sleight.backends.base import ContinuousBatching, DecodeStream, Generation, LanguageModel, Rendered
 from sleight.tamper.engine import (
     Clean,
     TamperConfig,
@@ -41,7 +41,7 @@ SCHEDULES = ("sweep", "question")
 
 def can_schedule(model: LanguageModel) -> bool:
     """The sweep order needs an engine that batches continuously (the hf engine's ``stream``)."""
-    return callable(getattr(model, "stream", None))
+    return isinstance(model, ContinuousBatching)
 
 
 @dataclass
@@ -114,7 +114,7 @@ def scheduled_questions(
     A question's trials are forked at its clean run's first trigger, while the clean run decodes on
     (they need only the prefix before it), so a long clean reply does not hold its trials back;
     they are collected when both have finished."""
-    stream = model.stream(top_k=config.top_k, live_rows=live_rows, progress=progress)
+    stream: DecodeStream = model.stream(top_k=config.top_k, live_rows=live_rows, progress=progress)
     cleans: dict[int, tuple[int, Rendered]] = {}
     trials: dict[int, tuple[int, TrialRequest]] = {}
     forked: dict[int, tuple[int, TrialRequest]] = {}  # question index -> its trial request's id and the request
@@ -168,5 +168,5 @@ def scheduled_questions(
     finally:
         if stats is not None:
             stats.peak_rows, stats.peak_columns, stats.requests = stream.peak_rows, stream.peak_columns, stream.requests
-            stats.steps = getattr(stream, "steps", 0)
-            stats.columns_live, stats.columns_masked = getattr(stream, "columns_live", 0), getattr(stream, "columns_masked", 0)
+            stats.steps = stream.steps
+            stats.columns_live, stats.columns_masked = stream.columns_live, stream.columns_masked

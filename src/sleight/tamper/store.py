@@ -31,7 +31,7 @@ CLEAN_DIR = "clean.parquet"
 TRIALS_DIR = "trials.parquet"
 
 # Config keys whose change would change the records; a run directory refuses a different value.
-IDENTITY_KEYS = ("model", "engine", "dtype", "decoding", "trigger", "max_new_tokens", "top_k", "window", "questions", "substitutes")
+IDENTITY_KEYS = ("model", "engine", "dtype", "load", "decoding", "trigger", "max_new_tokens", "top_k", "window", "questions", "substitutes")
 
 
 def part_name(question_index: int, question_id: str) -> str:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sleight.backends.base import Completion, LanguageModel, Rendered, Scored
+from sleight.backends.base import Completion, LanguageModel, Rendered, Scored, ScoredGeneration
 from sleight.tamper.engine import (
     Clean,
     Cost,
@@ -114,7 +114,12 @@ def _scored(tokens: Sequence[int], recs: Sequence[_Rec | None], k: int) -> Score
 
 def scores_while_generating(model: LanguageModel) -> bool:
     """Whether ``model`` reads each token's records as it generates it (no Phase B)."""
-    return bool(getattr(model, "scores_while_generating", False))
+    return _scorer(model) is not None
+
+
+def _scorer(model: LanguageModel) -> ScoredGeneration | None:
+    """``model`` where it reads each token's records as it generates it, else None."""
+    return model if isinstance(model, ScoredGeneration) and bool(model.scores_while_generating) else None
 
 
 @dataclass
@@ -154,7 +159,8 @@ class _Decider:
         self.may_end = WordEnd(model, config.trigger)
         self.stop_ids = trigger_stop_ids(model, config.trigger)
         self.find = config.finder()
-        self.scoring = scores_while_generating(model)
+        self.scorer = _scorer(model)
+        self.scoring = self.scorer is not None
         self.rounds = 0
 
     def run(self, rows: list[_Row], progress: Callable[[int], None] | None) -> None:
@@ -178,7 +184,8 @@ class _Decider:
         """Phase A on an engine that reads records as it generates: no rounds, a row's next request
         (and a one-token request forced to each new substitute token) goes out as soon as its last
         one returns, into the engine's running batch."""
-        stream = self.model.scored_stream(top_k=self.config.top_k, stop_token_ids=self.stop_ids)  # type: ignore[attr-defined]
+        assert self.scorer is not None
+        stream = self.scorer.scored_stream(top_k=self.config.top_k, stop_token_ids=self.stop_ids)
         waiting: dict[str, tuple[int, int | None, list[int]]] = {}  # request id -> (row, forced position or None, prompt)
         asked: set[tuple[int, int]] = set()
 
@@ -289,9 +296,10 @@ def _reply(scored: Scored, injected: Sequence[bool], finish: str, eos_ids: froze
 def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, progress: Callable[[int], None] | None = None) -> Clean:
     """The unhooked greedy reply (Phase A: one request), its records scored (Phase B) or read as
     it was generated."""
-    scoring = scores_while_generating(model)
-    if scoring:
-        out = model.generate_scored([rendered.ids], [config.max_new_tokens], forced=[None], top_k=config.top_k)[0]  # type: ignore[attr-defined]
+    scorer = _scorer(model)
+    scoring = scorer is not None
+    if scorer is not None:
+        out = scorer.generate_scored([rendered.ids], [config.max_new_tokens], forced=[None], top_k=config.top_k)[0]
     else:
         out = model.generate_until([rendered.ids], config.max_new_tokens)[0]
     if progress:
@@ -299,6 +307,7 @@ def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, pr
     eos = _keeps_end(model, config, out.finish_reason)
     tail = [end_placeholder(model)] if eos is not None else []
     if scoring:
+        assert out.records is not None
         recs = _recs(out.records)
         scored = _scored(list(out.token_ids) + tail, recs[: len(out.token_ids) + len(tail)], config.top_k)
     else:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from sleight.backends import LanguageModel
+from sleight.backends.base import SpecialTokens
 from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
 from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.audit.items import AuditItem
@@ -254,8 +255,7 @@ def _item_groups(live: Sequence[Prepared], size: int) -> list[list[int]]:
 
 
 def _is_special(model: LanguageModel, token_id: int) -> bool:
-    fn = getattr(model, "is_special", None)
-    return bool(fn(token_id)) if fn else token_id in model.eos_ids
+    return model.is_special(token_id) if isinstance(model, SpecialTokens) else token_id in model.eos_ids
 
 
 # -- the paper's readings of the rows (derived, not stored) ----------------------------------------------

@@ -110,6 +110,70 @@ def _done_ids(out: Path, parts: rundir.Parts, chunks: dict[str, list[AuditItem]]
     return done
 
 
+def _check_audit_inputs(
+    items: str | Path | None, preset: str | None, data: str | None, limit: int | None, instruct: bool, max_new_tokens: int, floor: float
+) -> None:
+    """One line for an audit input that cannot be right, before anything is read."""
+    if bool(items) == bool(preset or data):
+        raise UserError("give exactly one of --items FILE or --preset NAME (or --data SPEC alone: audit items from mmlu:, mmlu-pro:)")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    if not instruct and preset != "ptrue":
+        raise UserError("--no-instruct applies to --preset ptrue only")
+    if max_new_tokens < 1:
+        raise UserError("--max-new-tokens must be at least 1")
+    if not 0 < floor <= 1:
+        raise UserError("--floor must be in (0, 1]")
+
+
+def _preset_items(
+    preset: str, data: str | None, *, note: str, limit: int | None, instruct: bool, run_options: tuple[str, ...] | None, stem: str | None
+) -> tuple[list[AuditItem], str | None, str, str]:
+    """A preset's items (shipped fixtures, or records from ``data``), the stem they are read with,
+    their source and the audit's name."""
+    from sleight.readout.audit.presets import preset_defaults, preset_items
+    from sleight.readout.audit.sources import load_source_described
+
+    records, described = load_source_described(data, limit=limit, preset=preset) if data else (None, "shipped fixtures")
+    found = preset_items(preset, records, note=note, limit=limit if records is None else None, instruct=instruct)
+    if run_options is not None:
+        found = [replace(i, options=run_options) for i in found]
+    if stem is not None:  # --stem: the user's stem wins over the preset's per-item stem (issue #19)
+        found = [replace(i, stem=stem or None) for i in found]
+    stem = stem if stem is not None else preset_defaults(preset)["stem"]
+    return found, stem, f"preset {preset} ({described})", preset
+
+
+def _data_items(data: str, limit: int | None) -> tuple[list[AuditItem], str, str]:
+    """Audit items from the paper's data (sleight.readout.data), no preset: items, source, name."""
+    from sleight.readout.audit.items import items_from_records
+    from sleight.readout.audit.sources import load_source_described
+    from sleight.readout.data import is_data_spec
+
+    if not is_data_spec(data):
+        raise UserError(f"--data '{data}' without --preset: only the paper's data specs (mmlu:FILE, mmlu-pro:FILE) give audit items")
+    recs, described = load_source_described(data, limit=limit)
+    found = items_from_records((r, f"{data} item {k + 1}") for k, r in enumerate(recs))
+    return found, described, data.partition(":")[0]
+
+
+def _file_items(items: str | Path | None, *, lm_eval_chat: bool, limit: int | None, stem: str | None) -> tuple[list[AuditItem], str, str]:
+    """Items from a .jsonl/.csv items file or an lm-evaluation-harness task .yaml: items, source, name."""
+    from sleight.readout.audit.loading import load_items
+
+    path = Path(str(items))
+    if path.suffix.lower() in (".yaml", ".yml"):
+        from sleight.readout.audit.lm_eval import load_lm_eval_task
+
+        found = load_lm_eval_task(path, chat=True if lm_eval_chat else None, limit=limit)
+    else:
+        found = load_items(path)[:limit] if limit is not None else load_items(path)
+    own = [i.id for i in found if i.stem]
+    if stem is not None and own:
+        raise UserError(f"--stem given but {len(own)} item(s) carry their own 'stem' (first: {own[0]}): drop one of the two")
+    return found, str(path), path.stem
+
+
 def load_audit(
     *,
     items: str | Path | None = None,
@@ -133,54 +197,16 @@ def load_audit(
     or ``preset`` (``forecast``, ``ptrue``, ``grade``: shipped fixtures, or records from ``data``).
     ``options`` is the run-level option list (``"10,30,50"`` or a JSON list)."""
     from sleight.readout.audit.items import parse_options, resolve_options
-    from sleight.readout.audit.loading import load_items
     from sleight.readout.audit.variants import parse_variants
 
-    if bool(items) == bool(preset or data):
-        raise UserError("give exactly one of --items FILE or --preset NAME (or --data SPEC alone: audit items from mmlu:, mmlu-pro:)")
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1, got {limit}")
-    if not instruct and preset != "ptrue":
-        raise UserError("--no-instruct applies to --preset ptrue only")
-    if max_new_tokens < 1:
-        raise UserError("--max-new-tokens must be at least 1")
-    if not 0 < floor <= 1:
-        raise UserError("--floor must be in (0, 1]")
+    _check_audit_inputs(items, preset, data, limit, instruct, max_new_tokens, floor)
     run_options = parse_options(options) if options is not None else None
     if preset:
-        from sleight.readout.audit.presets import preset_defaults, preset_items
-        from sleight.readout.audit.sources import load_source_described
-
-        records, described = load_source_described(data, limit=limit, preset=preset) if data else (None, "shipped fixtures")
-        found = preset_items(preset, records, note=note, limit=limit if records is None else None, instruct=instruct)
-        if run_options is not None:
-            found = [replace(i, options=run_options) for i in found]
-        if stem is not None:  # --stem: the user's stem wins over the preset's per-item stem (issue #19)
-            found = [replace(i, stem=stem or None) for i in found]
-        stem = stem if stem is not None else preset_defaults(preset)["stem"]
-        source, name = f"preset {preset} ({described})", preset
+        found, stem, source, name = _preset_items(preset, data, note=note, limit=limit, instruct=instruct, run_options=run_options, stem=stem)
     elif data:  # audit items from the paper's data (sleight.readout.data), no preset
-        from sleight.readout.audit.items import items_from_records
-        from sleight.readout.audit.sources import load_source_described
-        from sleight.readout.data import is_data_spec
-
-        if not is_data_spec(data):
-            raise UserError(f"--data '{data}' without --preset: only the paper's data specs (mmlu:FILE, mmlu-pro:FILE) give audit items")
-        recs, described = load_source_described(data, limit=limit)
-        found = items_from_records((r, f"{data} item {k + 1}") for k, r in enumerate(recs))
-        source, name = described, data.partition(":")[0]
+        found, source, name = _data_items(data, limit)
     else:
-        path = Path(str(items))
-        if path.suffix.lower() in (".yaml", ".yml"):
-            from sleight.readout.audit.lm_eval import load_lm_eval_task
-
-            found = load_lm_eval_task(path, chat=True if lm_eval_chat else None, limit=limit)
-        else:
-            found = load_items(path)[:limit] if limit is not None else load_items(path)
-        own = [i.id for i in found if i.stem]
-        if stem is not None and own:
-            raise UserError(f"--stem given but {len(own)} item(s) carry their own 'stem' (first: {own[0]}): drop one of the two")
-        source, name = str(path), path.stem
+        found, source, name = _file_items(items, lm_eval_chat=lm_eval_chat, limit=limit, stem=stem)
     found = resolve_options(found, run_options)
     config = AuditConfig(
         source=source,

@@ -26,22 +26,38 @@ from sleight.readout.data.common import DataSet, Spec, parse_spec
 __all__ = ["FAMILIES", "DataSet", "is_data_spec", "load_data", "load_questions", "qa_items", "race_items"]
 
 
-def _loader(module: str) -> Callable[[Spec], DataSet]:
-    def load(spec: Spec) -> DataSet:
-        import importlib
+# Each family's loader imports its module on first use (plain imports, which the architecture test reads).
+def _race(spec: Spec) -> DataSet:
+    from sleight.readout.data import race
 
-        return importlib.import_module(f"sleight.readout.data.{module}").load(spec)
-
-    return load
+    return race.load(spec)
 
 
-FAMILIES: dict[str, Callable[[Spec], DataSet]] = {
-    "race-h": _loader("race"),
-    "mmlu": _loader("mmlu"),
-    "triviaqa": _loader("triviaqa"),
-    "mmlu-pro": _loader("mmlu_pro"),
-    "summeval": _loader("summeval"),
-}
+def _mmlu(spec: Spec) -> DataSet:
+    from sleight.readout.data import mmlu
+
+    return mmlu.load(spec)
+
+
+def _triviaqa(spec: Spec) -> DataSet:
+    from sleight.readout.data import triviaqa
+
+    return triviaqa.load(spec)
+
+
+def _mmlu_pro(spec: Spec) -> DataSet:
+    from sleight.readout.data import mmlu_pro
+
+    return mmlu_pro.load(spec)
+
+
+def _summeval(spec: Spec) -> DataSet:
+    from sleight.readout.data import summeval
+
+    return summeval.load(spec)
+
+
+FAMILIES: dict[str, Callable[[Spec], DataSet]] = {"race-h": _race, "mmlu": _mmlu, "triviaqa": _triviaqa, "mmlu-pro": _mmlu_pro, "summeval": _summeval}
 
 
 def is_data_spec(text: str | None) -> bool:

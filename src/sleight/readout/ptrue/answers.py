@@ -10,6 +10,9 @@ Two kinds of item share one loader so ``sleight readout ptrue --items`` takes ei
   (``race_items.jsonl``): correct when the first standalone letter A-D of the answer is the gold one
   (:func:`first_standalone_letter`).
 
+Own answers end after the first newline, as lm-polygraph's MMLU and TriviaQA configs end them
+(:data:`POLYGRAPH_STOP`).
+
 Correctness is a fixed, documented string rule, not a judge: it is the target the P(True) scores are
 ranked against, so it must be reproducible and cheap.
 """
@@ -20,11 +23,12 @@ import re
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sleight.backends.base import Generation
 from sleight.backends.base import Sampling as BaseSampling
 from sleight.readout.items import DEFAULT_QA_ITEMS as DEFAULT_ITEMS  # noqa: F401 - re-exported
 from sleight.readout.items import LETTERED_INSTRUCTION as LETTERED_INSTRUCTION
@@ -164,12 +168,59 @@ def judge_answer(item: QAItem, answer: str, *, rule: str = "first_line") -> tupl
 
 @dataclass(frozen=True)
 class Answer:
-    """The model's own greedy answer to one item, as lm-polygraph would feed it to P(True)."""
+    """The model's own greedy answer to one item, as lm-polygraph would feed it to P(True).
+    ``finish_reason``: ``"stop"`` (end of sequence), ``"length"`` (the budget) or ``"stop_token"``
+    (a stop string of :data:`POLYGRAPH_STOP` ended it)."""
 
     text: str
     n_tokens: int
     finish_reason: str
     prompt_text: str
+
+
+POLYGRAPH_STOP: tuple[str, ...] = ("\n",)
+"""The answer step's stop strings in lm-polygraph 0.7.0's configs for the paper's two tasks:
+``generation_params: stop_strings: ["\n"]`` in ``examples/configs/polygraph_eval_mmlu_simple_instruct.yaml``
+(lines 25-27) and ``polygraph_eval_triviaqa_simple_instruct.yaml`` (lines 27-29), as in their plain
+``polygraph_eval_mmlu.yaml`` / ``polygraph_eval_triviaqa.yaml``. ``polygraph_eval`` passes them into
+``GenerationParameters`` (``scripts/polygraph_eval`` 406-409) and ``WhiteboxModel.generate`` into
+transformers' ``StopStringCriteria`` (``utils/model.py`` 515-528): generation ends after the first
+token whose text completes a stop string, that token kept (the answer text is cut at EOS only,
+``stat_calculators/greedy_probs.py`` 166-172), and the criterion does not wait for
+``min_new_tokens`` (which only bars EOS). App. E runs the library's answer step with these configs."""
+
+
+def stop_at(model: LanguageModel, token_ids: Sequence[int], stop: Sequence[str] = POLYGRAPH_STOP) -> int | None:
+    """How many of ``token_ids`` a stop string leaves: up to and including the first token at which
+    the decoded text contains one of ``stop`` (transformers' ``StopStringCriteria``: the string must
+    end in the last token, so the first such token ends generation), or None where none occurs."""
+    if not stop:
+        return None
+    for k in range(1, len(token_ids) + 1):
+        text = model.decode(list(token_ids[:k]))
+        if any(s in text for s in stop):
+            return k
+    return None
+
+
+def stopped_generation(model: LanguageModel, gen: Generation, stop: Sequence[str] = POLYGRAPH_STOP) -> Generation:
+    """``gen`` as the stop strings leave it: its records cut after the token that completes one, the
+    finish reason ``stop_token`` (no end-of-sequence read after it); unchanged where none occurs."""
+    k = stop_at(model, gen.token_ids, stop)
+    if k is None or k == len(gen.token_ids):
+        return gen if k is None else replace(gen, finish_reason="stop_token", end=None)
+    return replace(
+        gen, token_ids=list(gen.token_ids[:k]), logprobs=gen.logprobs[:k], top_ids=gen.top_ids[:k], top_logprobs=gen.top_logprobs[:k],
+        entropy=gen.entropy[:k], forced=gen.forced[:k], finish_reason="stop_token", edits=[e for e in gen.edits if e < k], end=None,
+    )  # fmt: skip
+
+
+def _stopped(model: LanguageModel, token_ids: Sequence[int], finish_reason: str, stop: Sequence[str]) -> tuple[list[int], str]:
+    """``token_ids`` as the stop strings leave them, and the finish reason (``stop_token`` where one
+    cut them). Cutting a finished decode is the same as stopping it: greedy tokens do not depend on
+    later ones, and a sampled prompt draws from its own stream step by step."""
+    k = stop_at(model, token_ids, stop)
+    return (list(token_ids), finish_reason) if k is None else (list(token_ids[:k]), "stop_token")
 
 
 def greedy_answers(
@@ -179,16 +230,22 @@ def greedy_answers(
     *,
     instruct: bool = True,
     progress: Callable[[int], None] | None = None,
+    stop: Sequence[str] = POLYGRAPH_STOP,
 ) -> list[Answer]:
     """Each item's question decoded greedily, as lm-polygraph's ``GreedyProbsCalculator`` feeds its
     ``greedy_texts`` to P(True) (``stat_calculators/greedy_probs.py`` lines 116-172): the question
     through ``WhiteboxModel.tokenize`` (one user turn with the generation prompt when ``instruct``,
     the raw string otherwise) and the decoded tokens before the end-of-sequence token, not stripped
-    (raw-prompt answers often begin with a line break)."""
+    (raw-prompt answers often begin with a line break), ended after the first newline as the
+    library's configs end it (``stop``: :data:`POLYGRAPH_STOP`; ``()`` decodes to EOS or the budget)."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
     ids = [model.encode(p) for p in prompts]
     gens = model.greedy(ids, max_new_tokens, progress=progress)
-    return [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]
+    out = []
+    for g, p in zip(gens, prompts):
+        toks, finish = _stopped(model, g.token_ids, g.finish_reason, stop)
+        out.append(Answer(model.decode(toks), len(toks), finish, p))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,12 +306,19 @@ def sampled_answers(
     *,
     instruct: bool = True,
     progress: Callable[[int], None] | None = None,
+    stop: Sequence[str] = POLYGRAPH_STOP,
 ) -> list[Answer]:
     """Each item's question answered by one sample (:meth:`LanguageModel.sample`, KV-cached, seeded
     per prompt), the prompt as :func:`greedy_answers` builds it; the text is the sampled tokens
-    before the end-of-sequence token, decoded."""
+    before the end-of-sequence token, ended after the first newline (``stop``, as
+    :func:`greedy_answers`), decoded. The draws come from sleight's per-prompt streams, not the torch
+    stream lm-polygraph seeds once per run, so they match the library's answers in distribution only."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
     drawn = model.sample([model.encode(p) for p in prompts], max_new_tokens, n=1, sampling=sampling)
     if progress is not None:
         progress(sum(len(d[0].token_ids) for d in drawn))
-    return [Answer(model.decode(d[0].token_ids), len(d[0].token_ids), d[0].finish_reason, p) for d, p in zip(drawn, prompts)]
+    out = []
+    for d, p in zip(drawn, prompts):
+        toks, finish = _stopped(model, d[0].token_ids, d[0].finish_reason, stop)
+        out.append(Answer(model.decode(toks), len(toks), finish, p))
+    return out

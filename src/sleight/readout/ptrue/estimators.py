@@ -23,7 +23,7 @@ import pyarrow as pa
 from sleight import rundir
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.ptrue.answers import Answer, QAItem, Sampling
+from sleight.readout.ptrue.answers import POLYGRAPH_STOP, Answer, QAItem, Sampling, stopped_generation
 from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import DEFAULT_SAMPLES, answer_tokens, comparison, estimate
@@ -42,12 +42,14 @@ def estimator_rows(
     use_polygraph: bool = True,
     samples: int = DEFAULT_SAMPLES,
     sampling: Sampling | None = None,
+    stop: Sequence[str] = POLYGRAPH_STOP,
 ) -> tuple[list[dict[str, Any]], str, list[str]]:
     """Per answer: text, correctness, every estimator and every P(True) readout (wide rows); who
-    computed the estimators; a note per default estimator not computed, and why."""
+    computed the estimators; a note per default estimator not computed, and why. Answers end after
+    the first newline as lm-polygraph's configs end them (``stop``; ``()``: at EOS or the budget)."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
     ids = [model.encode(p) for p in prompts]
-    gens = model.greedy(ids, max_new_tokens)
+    gens = [stopped_generation(model, g, stop) for g in model.greedy(ids, max_new_tokens)]  # lm-polygraph's newline stop
     answers = [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]
     pairs = own_pairs(items, answers)
     values = ptrue_readouts(model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=instruct)

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from sleight.backends.base import Generation, LanguageModel
+from sleight.backends.base import FullDistribution, Generation, LanguageModel
 from sleight.readout.ptrue.answers import Sampling
 from sleight.readout.ptrue.readouts import polygraph_logprob
 
@@ -225,11 +225,10 @@ def lm_log_likelihoods(model: LanguageModel, answers: Sequence[AnswerTokens]) ->
 def greedy_distributions(model: LanguageModel, prompts: Sequence[Sequence[int]], answers: Sequence[AnswerTokens]) -> list[np.ndarray] | None:
     """``greedy_log_probs``: the full log-softmax (float64) at each answer position, or None where the
     engine cannot ship a whole vocabulary (no ``next_token_logprobs``)."""
-    read = getattr(model, "next_token_logprobs", None)
-    if read is None:
+    if not isinstance(model, FullDistribution):
         return None
     seqs = [list(p) + list(a.token_ids[:k]) for p, a in zip(prompts, answers) for k in range(len(a.token_ids))]
-    rows = np.asarray(read(seqs), dtype=np.float64) if seqs else np.zeros((0, model.vocab_size))
+    rows = np.asarray(model.next_token_logprobs(seqs), dtype=np.float64) if seqs else np.zeros((0, model.vocab_size))
     out, at = [], 0
     for a in answers:
         out.append(rows[at : at + len(a.token_ids)])
@@ -370,7 +369,7 @@ def estimate(
         notes += [f"{e.column}: not computed (needs at least 2 samples per question)" for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]
     values = library_values(stats, entries)
     full = [e for e in ESTIMATORS if e.needs == "distributions"]
-    if getattr(model, "next_token_logprobs", None) is None:
+    if not isinstance(model, FullDistribution):
         notes += [f"{e.column}: not computed (needs the full next-token distribution, which this engine does not ship)" for e in full]
     else:
         parts: dict[str, list[np.ndarray]] = {e.column: [] for e in full}

@@ -10,6 +10,6 @@ May import what :mod:`sleight.readout` may.
 """
 
 from sleight.readout.reproduce.config import TableConfig, load_table, shipped_tables
-from sleight.readout.reproduce.runner import ModelCache, ModelSettings, ReproduceResult, reproduce
+from sleight.readout.reproduce.runner import ModelCache, ReproduceResult, reproduce
 
-__all__ = ["ModelCache", "ModelSettings", "ReproduceResult", "TableConfig", "load_table", "reproduce", "shipped_tables"]
+__all__ = ["ModelCache", "ReproduceResult", "TableConfig", "load_table", "reproduce", "shipped_tables"]

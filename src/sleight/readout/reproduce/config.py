@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sleight.backends.spec import DTYPES
 from sleight.errors import UserError
 from sleight.readout.data.fixtures import fixtures_dir
 from sleight.readout.reproduce import kinds
@@ -91,6 +92,7 @@ class TableConfig:
     unreproducible: str = ""  # why it cannot be reproduced here at all (docs/readout.md says so too)
     paper_rows: tuple[str, ...] = ()  # rows the paper prints that are not checkpoints or averages here
     paper_ci: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)  # printed intervals
+    dtype: str | None = None  # the weights' dtype the paper ran the item in (None: the engine's default)
 
     @property
     def runnable(self) -> bool:
@@ -296,7 +298,7 @@ def load_table(name: str | Path) -> TableConfig:
     obj = r.mapping(raw, "(top level)")
     known = (
         "table", "title", "section", "inferred", "pending", "unreproducible", "checkpoints", "runs", "columns", "averages", "paper", "paper_rows",
-        "limit", "bootstrap", "digits", "notes",
+        "limit", "bootstrap", "digits", "notes", "dtype",
     )
     r.unknown(obj, known, "(top level)")
     section = r.text(obj, "section", "(top level)")
@@ -353,6 +355,9 @@ def load_table(name: str | Path) -> TableConfig:
         raise r.fail("bootstrap.B", f"expected a positive integer, got {B!r}")
     if not isinstance(level, float) or not 0 < level < 1:
         raise r.fail("bootstrap.level", f"expected a number between 0 and 1, got {level!r}")
+    dtype = obj.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise r.fail("dtype", f"expected one of {', '.join(DTYPES)}, got {dtype!r}")
     limit = obj.get("limit")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise r.fail("limit", f"expected a positive integer or null, got {limit!r}")
@@ -360,7 +365,7 @@ def load_table(name: str | Path) -> TableConfig:
         name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
         runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=int(seed), level=level,
         digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
-        section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci,
+        section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci, dtype=dtype,
     )
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sleight import rundir
+from sleight.backends.resolve import DEFAULT_MODEL
+from sleight.backends.spec import ModelSpec
 from sleight.errors import UserError
 from sleight.readout.data.fixtures import fixtures_dir
 from sleight.readout.reproduce import kinds
@@ -38,27 +40,35 @@ from sleight.readout.reproduce.config import (
     TableConfig,
     load_table,
 )
-from sleight.readout.reproduce.kinds import ModelSettings, Rows, RunContext, run_settings
+from sleight.readout.reproduce.kinds import Rows, RunContext, checkpoint_spec, run_settings
 from sleight.readout.reproduce.writers import WRITERS
 
 RUNS_JSON = "runs.json"
 
 
 class ModelCache:
-    """One loaded model at a time: the checkpoint's, loaded on first need, closed for the next."""
+    """One loaded model at a time: the checkpoint's, loaded on first need, closed for the next.
 
-    def __init__(self, settings: ModelSettings, loader: Callable[[Checkpoint, ModelSettings], Any] | None = None) -> None:
-        self.settings = settings
-        self.loader = loader or load_checkpoint_model
-        self.name: str | None = None
+    ``base``: the command's :class:`ModelSpec`, from which each checkpoint's own is derived
+    (:func:`~.kinds.checkpoint_spec`); ``loader`` loads a checkpoint's spec (default: ``load_model``)."""
+
+    def __init__(self, base: ModelSpec | None = None, loader: Callable[[ModelSpec], Any] | None = None) -> None:
+        self.base = base or ModelSpec(DEFAULT_MODEL, batch_size=64)
+        self.loader = loader or load_model_spec
+        self.name: tuple[str, str | None] | None = None
         self.model: Any = None
         self.loads = 0
 
-    def get(self, ck: Checkpoint) -> Any:
-        if self.name != ck.name:
+    def spec(self, ck: Checkpoint, dtype: str | None = None) -> ModelSpec:
+        """``ck``'s spec; ``dtype``: the table's pinned dtype (the command's ``--dtype`` wins)."""
+        return checkpoint_spec(ck, self.base, dtype)
+
+    def get(self, ck: Checkpoint, dtype: str | None = None) -> Any:
+        spec = self.spec(ck, dtype)
+        if self.name != (ck.name, spec.dtype):  # the same checkpoint in another table's dtype is another model
             self.close()
-            self.model = self.loader(ck, self.settings)
-            self.name = ck.name
+            self.model = self.loader(spec)
+            self.name = (ck.name, spec.dtype)
             self.loads += 1
         return self.model
 
@@ -68,13 +78,10 @@ class ModelCache:
         self.model, self.name = None, None
 
 
-def load_checkpoint_model(ck: Checkpoint, settings: ModelSettings) -> Any:
+def load_model_spec(spec: ModelSpec) -> Any:
     from sleight.backends import load_model
 
-    return load_model(
-        ck.model, engine=settings.engine, device=settings.device, dtype=settings.weights_dtype, batch_size=settings.batch_size,
-        threads=settings.threads, chat_template_kwargs=settings.template_kwargs(ck), **dict(settings.engine_kwargs),
-    )
+    return load_model(spec)
 
 
 def select_checkpoints(config: TableConfig, models: Sequence[str] | None) -> list[Checkpoint]:
@@ -126,10 +133,12 @@ def resolve_data(spec: RunSpec, source: str, overrides: Mapping[str, str]) -> tu
     return spec.fixture_spec(), f"shipped fixture (the paper's {spec.paper_data} cannot be read: {why})"
 
 
-def _identity(ck: Checkpoint, spec: RunSpec, data: str, limit: int | None, settings: ModelSettings) -> dict[str, Any]:
+def _identity(spec: RunSpec, ck: Checkpoint, data: str, limit: int | None, model: ModelSpec) -> dict[str, Any]:
+    load = model.load_record()
     return {
-        "model": ck.model, "chat_template_kwargs": settings.template_kwargs(ck), "engine": settings.engine,
-        "dtype": settings.weights_dtype, "command": spec.command, "data": data, "limit": limit, "settings": run_settings(spec, ck),
+        "model": model.model, "chat_template_kwargs": dict(model.chat_template_kwargs), "engine": model.engine,
+        "dtype": model.dtype, **({"load": load} if load else {}), "command": spec.command, "data": data, "limit": limit,
+        "settings": run_settings(spec, ck),
     }
 
 
@@ -160,10 +169,13 @@ def _record(ck_dir: Path, run: str, identity: Mapping[str, Any]) -> None:
     rundir.write_json(path, runs)
 
 
-def run_one(ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool) -> Rows:
+def run_one(
+    ck: Checkpoint, spec: RunSpec, run_dir: Path, data: str, limit: int | None, models: ModelCache, *, B: int, seed: int, progress: bool,
+    dtype: str | None = None,
+) -> Rows:
     """One readout run of one checkpoint into ``run_dir`` (resumed or finished as the command would);
-    its readings."""
-    ctx = RunContext(ck, spec, run_dir, data, limit, models.settings, lambda: models.get(ck), B, seed, progress)
+    its readings. ``dtype``: the table's pinned dtype."""
+    ctx = RunContext(ck, spec, run_dir, data, limit, models.spec(ck, dtype), lambda: models.get(ck, dtype), B, seed, progress)
     return kinds.kind(spec.command).rows(ctx)
 
 
@@ -187,7 +199,7 @@ def reproduce(
     limit: int | None = None,
     data: str = "auto",
     overrides: Sequence[str] = (),
-    settings: ModelSettings | None = None,
+    base: ModelSpec | None = None,
     B: int | None = None,
     seed: int | None = None,
     cache: ModelCache | None = None,
@@ -198,19 +210,21 @@ def reproduce(
     replicates, and write ``table.md``, ``table.csv``, ``table.tex`` and ``table.json`` there.
 
     ``models`` replaces the config's checkpoints, ``limit`` its item count, ``overrides`` (data specs)
-    the paper's data of their family; ``cache`` shares loaded models between calls (several tables)."""
+    the paper's data of their family; ``base`` is the command's model spec (its flags; each
+    checkpoint's is derived from it), ``cache`` shares loaded models between calls (several tables)."""
     config = table if isinstance(table, TableConfig) else load_table(table)
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     if B is not None and B < 1:
         raise UserError(f"--B must be a positive number of replicates, got {B}")
     say = status or (lambda m: print(m, file=sys.stderr, flush=True))
-    settings = settings or (cache.settings if cache else ModelSettings())
     own_cache = cache is None
-    models_cache = cache or ModelCache(settings)
+    models_cache = cache or ModelCache(base)
     B_, seed_ = (config.B if B is None else B), (config.seed if seed is None else seed)
     n = config.limit if limit is None else limit
     checkpoints = select_checkpoints(config, models)
+    for ck in checkpoints:  # a setting a checkpoint refuses (--revision on a bundled model) is one line before any run
+        models_cache.spec(ck, config.dtype)
     given = parse_overrides(overrides)
     plan = {name: resolve_data(spec, data, given) for name, spec in config.runs.items()}
     notes = [f"Run `{name}` ({spec.command}): {_short(plan[name][0])}, {plan[name][1]}." for name, spec in config.runs.items()]
@@ -240,14 +254,16 @@ def reproduce(
             for name, spec in config.runs.items():
                 spec_text = plan[name][0]
                 run_dir = ck_dir / name
-                identity = _identity(ck, spec, spec_text, n, models_cache.settings)
+                identity = _identity(spec, ck, spec_text, n, models_cache.spec(ck, config.dtype))
                 if not run_dir.exists():
                     src = _reuse(root, config.name, ck, name, identity)
                     if src is not None:
                         say(f"{config.name}/{ck.name}/{name}: the same run is finished in {src}; copied")
                         shutil.copytree(src, run_dir)
                 say(f"{config.name}/{ck.name}/{name}: readout {spec.command} ({_short(spec_text)})")
-                readings[ck.name][name] = run_one(ck, spec, run_dir, spec_text, n, models_cache, B=B_, seed=seed_, progress=progress)
+                readings[ck.name][name] = run_one(
+                    ck, spec, run_dir, spec_text, n, models_cache, B=B_, seed=seed_, progress=progress, dtype=config.dtype
+                )
                 _record(ck_dir, name, identity)
                 done.append({"checkpoint": ck.name, "run": name, "dir": str(run_dir), "data": spec_text, "source": plan[name][1]})
     finally:

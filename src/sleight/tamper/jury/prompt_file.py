@@ -12,6 +12,13 @@ fractalego/Sleight-of-Word (``.py``), from which the two string constants ``SYST
 ``USER_TEMPLATE`` are read by parsing the file (never importing or running it) -- the one command
 that fetches it is in docs/jury.md. Both forms give the same templates, so the same votes.
 
+The study's judge prompt is pinned: :data:`STUDY_JUDGE_SHA256` is the sha256 of that file's bytes
+at commit 08d2bae (:data:`STUDY_JUDGE_URL`). Under the study's conventions a prompt file must be
+exactly that file (:func:`require_study_judge`; anything else, a YAML copy of its templates or an
+edited copy included, is refused in one line naming the file and the expected hash); any other file
+runs under ``--conventions sleight``, where ``jury.json`` records it as a variant
+(``prompt_source``), with both its hashes.
+
 The reply fields are the study's too: ``flagged``, ``corrected``, ``derailed``, ``aware`` (stored as
 ``switch_aware``), ``confidence``, ``rationale`` (stored as the reason). A reply is read as the
 study reads it (Sleight-of-Word ``src/awareness/judge.py``, ``_extract_json`` and ``_verdict_from``,
@@ -34,13 +41,21 @@ import json
 import math
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
 from sleight.jury.ballot import Ballot, Field, norm_key
 from sleight.tamper.jury.prompt import Case, JudgePrompt
+
+# The study's judge module at the commit the paper's code names: its bytes' sha256, computed from
+# the file itself (src/awareness/judge.py of fractalego/Sleight-of-Word at 08d2bae, 4932 characters).
+STUDY_REPO = "fractalego/Sleight-of-Word"
+STUDY_COMMIT = "08d2bae725db2be81a4a621f8f9463ee7819ec4b"
+STUDY_JUDGE_PATH = "src/awareness/judge.py"
+STUDY_JUDGE_SHA256 = "dafe94f73805147f720ddd143446376197fec71ec08a27edc75da60bfd502c98"
+STUDY_JUDGE_URL = f"https://raw.githubusercontent.com/{STUDY_REPO}/{STUDY_COMMIT}/{STUDY_JUDGE_PATH}"
 
 PLACEHOLDERS: tuple[str, ...] = ("query", "trigger", "replacement", "reaction")  # the study's
 EXTRA_PLACEHOLDERS: tuple[str, ...] = ("answers",)
@@ -115,12 +130,19 @@ STUDY_BALLOT = StudyBallot(
 
 @dataclass(frozen=True)
 class PromptFile:
-    """A checked prompt file: its templates and the content hash that names its votes."""
+    """A checked prompt file: its templates, the templates' hash that names its votes, and the
+    hash of the file's bytes that says whether it is the study's judge module."""
 
     path: Path
     system: str | None
     user: str
     sha256: str
+    file_sha256: str = ""
+
+    @property
+    def is_study(self) -> bool:
+        """The file is the study's ``src/awareness/judge.py`` at 08d2bae, byte for byte."""
+        return self.file_sha256 == STUDY_JUDGE_SHA256
 
     @property
     def variant(self) -> str:
@@ -145,8 +167,32 @@ class PromptFile:
             self.render,
             ballot=STUDY_BALLOT,
             fields=dict(STUDY_LABELS),
-            meta={"prompt_file": str(self.path), "prompt_file_sha256": self.sha256},
+            meta={
+                "prompt_file": str(self.path),
+                "prompt_file_sha256": self.sha256,
+                "prompt_file_bytes_sha256": self.file_sha256,
+                "prompt_source": f"study:{STUDY_REPO}@{STUDY_COMMIT[:7]}/{STUDY_JUDGE_PATH}" if self.is_study else "variant",
+            },
         )
+
+
+def require_study_judge(pf: PromptFile) -> PromptFile:
+    """``pf`` when it is the study's pinned judge module; otherwise one line naming the file, its
+    hash and the one expected (the study's conventions take that prompt and no other)."""
+    if pf.is_study:
+        return pf
+    raise UserError(
+        f"--prompt-file {pf.path} is not the study's judge prompt (sha256 {pf.file_sha256}): under the study's conventions "
+        f"it must be {STUDY_JUDGE_PATH} of {STUDY_REPO} at {STUDY_COMMIT[:7]}, unchanged (sha256 {STUDY_JUDGE_SHA256}; "
+        f"{STUDY_JUDGE_URL}); run another prompt with --conventions sleight"
+    )
+
+
+def checked_for(pf: PromptFile, conventions: str | None) -> PromptFile:
+    """``pf`` as the jury's ``conventions`` take it: under the study's, only the pinned judge module
+    (:func:`require_study_judge`); under sleight's, any checked file (a variant). The one check both
+    ``tamper judge`` and a sweep's plan make (``None``: the conventions are not known yet)."""
+    return require_study_judge(pf) if conventions == "study" else pf
 
 
 def _placeholders(template: str, where: str) -> set[str]:
@@ -197,11 +243,11 @@ def templates_from_python(text: str, path: Path) -> dict[str, str]:
     return found
 
 
-def parse_prompt_file(text: str, path: Path) -> PromptFile:
+def parse_prompt_file(text: str, path: Path, file_sha256: str = "") -> PromptFile:
     """A prompt file's text checked (pure): the study's judge module (``.py``), or YAML with
-    ``user`` and optionally ``system``."""
+    ``user`` and optionally ``system``. ``file_sha256``: the hash of the file's bytes."""
     if Path(path).suffix == ".py":
-        return _checked(templates_from_python(text, path), path)
+        return replace(_checked(templates_from_python(text, path), path), file_sha256=file_sha256)
     import yaml
 
     try:
@@ -216,7 +262,7 @@ def parse_prompt_file(text: str, path: Path) -> PromptFile:
     for key in KEYS:
         if key in data and data[key] is not None and not isinstance(data[key], str):
             raise UserError(f"--prompt-file {path}: '{key}' must be text")
-    return _checked(data, path)
+    return replace(_checked(data, path), file_sha256=file_sha256)
 
 
 def _checked(data: Mapping[str, Any], path: Path) -> PromptFile:
@@ -239,7 +285,8 @@ def load_prompt_file(path: Path | str) -> PromptFile:
     if not p.is_file():
         raise UserError(f"--prompt-file {p} does not exist")
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text reads it
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--prompt-file {p} cannot be read as UTF-8 text ({exc})") from None
-    return parse_prompt_file(text, p)
+    return parse_prompt_file(text, p, hashlib.sha256(raw).hexdigest())

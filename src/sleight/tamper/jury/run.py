@@ -7,9 +7,14 @@ pass per juror, so a server juror keeps its requests in flight across runs.
 
 How the jury is asked and read follows the runs' conventions (:mod:`sleight.jury.rules`). The
 study's (the default): free-text votes, greedy, 256 tokens, one ask, an unparsable reply read as
-false, a label true when two jurors say so. Sleight's: label slots on a local juror (:mod:`sleight.jury.slots`), a
-JSON schema on a server, 200 tokens, an unparsable reply asked once more and then recorded as an
-abstention, a majority of valid votes. Either way every reply is stored as it came.
+false, a label true when two jurors say so; the judges read each reply as the study's judges did
+(every token decoded by the subject's tokenizer, the end-of-turn marker kept:
+:mod:`sleight.tamper.jury.reaction`), a local judge's reply is read as vLLM's ``.text``
+(:mod:`sleight.jury.study_text`), and a ``--prompt-file`` must be the study's pinned judge module
+(:func:`sleight.tamper.jury.prompt_file.require_study_judge`). Sleight's: label slots on a local
+juror (:mod:`sleight.jury.slots`), a JSON schema on a server, 200 tokens, an unparsable reply asked
+once more and then recorded as an abstention, a majority of valid votes, the stored ``reply`` text,
+any prompt file (recorded as a variant). Either way every reply is stored as it came.
 
 Each juror's chat-template arguments (e.g. ``{"enable_thinking": false}``, as the study gave its
 Qwen3.6 juror) are recorded in ``jury.json``; a juror whose stored votes were cast under other
@@ -78,12 +83,17 @@ def answers_for(question_id: str, question: str) -> tuple[str, ...]:
     return accepted_answers().get(question_id, ())
 
 
+# The column that holds the text a judge reads of a trial, where the rules give it another text
+# than the stored ``reply`` (:mod:`sleight.tamper.jury.reaction`).
+REACTION = "_reaction"
+
+
 def case_of(trial: dict[str, Any]) -> Case:
     return Case(
         question=str(trial["question"]),
         trigger=str(trial["trigger"]),
         substitute=str(trial["substitute"]),
-        reply=str(trial["reply"]),
+        reply=str(trial[REACTION] if REACTION in trial else trial["reply"]),
         answers=answers_for(str(trial["question_id"]), str(trial["question"])),
     )
 
@@ -152,19 +162,15 @@ def judge_runs(
     absent); they are recorded, and a juror whose stored votes were cast under others is refused.
     """
     jurors = parse_jury(jury) if isinstance(jury, str) else parse_jury(",".join(jury))
-    if prompt_file is not None:
-        from sleight.tamper.jury.prompt_file import load_prompt_file
-
-        prompt = load_prompt_file(prompt_file).prompt()
-    else:
-        prompt = builtin_prompt(variant)
+    pf = _load_prompt_file(prompt_file)
+    prompt = pf.prompt() if pf is not None else builtin_prompt(variant)
     variant = prompt.variant
-    runs, manifests = [], []
-    for d in run_dirs:
-        trials, manifest = load_run_trials(Path(d))
-        runs.append(_Run(Path(d), judged_trials(trials)))
-        manifests.append(manifest)
+    runs, manifests = _load_runs(run_dirs)
     rules = rules_for(conventions or runs_conventions([r.path for r in runs], manifests))
+    if pf is not None:  # the study's conventions take the study's prompt, pinned, or none
+        from sleight.tamper.jury.prompt_file import checked_for
+
+        checked_for(pf, rules.name)
     max_tokens = rules.max_tokens if max_tokens is None else max_tokens
     prompt = replace(prompt, ballot=prompt.ballot.with_reading(rules.reading))
     for spec in jurors:  # a wrong --vote is refused before any model loads
@@ -172,42 +178,88 @@ def judge_runs(
     kwargs = {j: dict((template_kwargs or {}).get(j) or {}) for j in jurors}
     for run in runs:  # votes cast under other rules or template arguments are refused before any model loads
         check_resume(run.path, variant, rules, kwargs)
+    if rules.reaction == "tokens":  # the study's text of each reply, decoded by its model's tokenizer
+        add_study_reactions(runs, manifests)
     load = loader or (lambda spec: load_chat(spec))
     summary = JudgeSummary([r.path for r in runs], variant, sum(len(r.trials) for r in runs), rules.name)
     for juror in jurors:
-        js = JurorSummary(juror)
+        js = JurorSummary(juror, unparsable_is_false=rules.unparsable_is_false)
         summary.jurors.append(js)
-        todo: list[tuple[_Run, dict[str, Any]]] = []
-        for run in runs:
-            done = jury_store.stored_keys(jury_store.load_judgements(run.path, repair=True), juror, variant)
-            mine = [t for t in run.trials.to_dict("records") if (t["question_id"], t["substitute"]) not in done]
-            js.skipped += len(run.trials) - len(mine)
-            todo += [(run, t) for t in mine]
-        if limit is not None:
-            todo = todo[: max(limit, 0)]
+        todo = _pending(runs, js, variant, limit)
         if not todo:
             continue
         judge = make_juror(load(juror), vote, batch=batch, rules=rules)
         js.vote = judge.mode
         _ask(judge, js, todo, prompt, max_tokens=max_tokens, batch=batch, progress=progress)
-    meta = {
-        "jury": jurors,
-        "jury_size": len(jurors),
-        "prompt_variant": variant,
-        **prompt.meta,
-        "conventions": rules.name,
-        "rules": asdict(rules),
-        "vote": vote,
-        "max_tokens": max_tokens,
-        "juror_chat_template_kwargs": kwargs,
-        "answers_sha256": _answers_hash(),
-        "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    meta = _jury_meta(jurors, prompt, rules, vote=vote, max_tokens=max_tokens, template_kwargs=kwargs)
     for run in runs:
         summary.compacted += jury_store.compact_judgements(run.path)
         verdicts = jury_store.compute_verdicts(run.trials, jury_store.load_judgements(run.path), jurors, variant, rules)
         summary.verdicts_paths.append(jury_store.write_verdicts(run.path, verdicts, meta))
     return summary
+
+
+def _load_prompt_file(prompt_file: Path | str | None) -> Any:
+    """The checked prompt file (:func:`~sleight.tamper.jury.prompt_file.load_prompt_file`), or ``None``."""
+    if prompt_file is None:
+        return None
+    from sleight.tamper.jury.prompt_file import load_prompt_file
+
+    return load_prompt_file(prompt_file)
+
+
+def _load_runs(run_dirs: Sequence[Path]) -> tuple[list[_Run], list[dict[str, Any]]]:
+    """Each run with its judged trials (≥1 swap), and its manifest."""
+    runs, manifests = [], []
+    for d in run_dirs:
+        trials, manifest = load_run_trials(Path(d))
+        runs.append(_Run(Path(d), judged_trials(trials)))
+        manifests.append(manifest)
+    return runs, manifests
+
+
+def _pending(runs: Sequence[_Run], js: JurorStats, variant: str, limit: int | None) -> list[tuple[_Run, dict[str, Any]]]:
+    """The trials of every run that ``js``'s juror has no stored vote on under ``variant``, at most
+    ``limit`` of them; the stored ones are counted as skipped."""
+    todo: list[tuple[_Run, dict[str, Any]]] = []
+    for run in runs:
+        done = jury_store.stored_keys(jury_store.load_judgements(run.path, repair=True), js.juror, variant)
+        mine = [t for t in run.trials.to_dict("records") if (t["question_id"], t["substitute"]) not in done]
+        js.skipped += len(run.trials) - len(mine)
+        todo += [(run, t) for t in mine]
+    return todo if limit is None else todo[: max(limit, 0)]
+
+
+def _jury_meta(
+    jurors: Sequence[str], prompt: JudgePrompt, rules: JuryRules, *, vote: str, max_tokens: int, template_kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What ``jury.json`` records of a judge call: the jury, the prompt, the rules, each juror's
+    chat-template arguments, the answers' hash and the time."""
+    return {
+        "jury": list(jurors),
+        "jury_size": len(jurors),
+        "prompt_variant": prompt.variant,
+        **prompt.meta,
+        "conventions": rules.name,
+        "rules": asdict(rules),
+        "vote": vote,
+        "max_tokens": max_tokens,
+        "juror_chat_template_kwargs": dict(template_kwargs),
+        "answers_sha256": _answers_hash(),
+        "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def add_study_reactions(runs: Sequence[_Run], manifests: Sequence[Mapping[str, Any]]) -> None:
+    """Give each judged trial the text the study's judges read (:mod:`sleight.tamper.jury.reaction`),
+    one tokenizer per model however many runs it wrote; a tokenizer that cannot be loaded is one line
+    before any juror loads."""
+    from sleight.tamper.jury.reaction import reaction_texts, study_decoder
+
+    cache: dict[Any, Any] = {}
+    for run, manifest in zip(runs, manifests):
+        if len(run.trials):
+            run.trials = run.trials.assign(**{REACTION: reaction_texts(run.trials, study_decoder(manifest, run.path, cache))})
 
 
 def runs_conventions(run_dirs: Sequence[Path], manifests: Sequence[Mapping[str, Any]]) -> str:
@@ -235,6 +287,14 @@ def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[
         raise UserError(
             f"run {run_dir} holds votes cast under --conventions {meta['conventions']}; judge it with those, "
             f"or a fresh copy of the run with --conventions {rules.name}"
+        )
+    rules_then = meta.get("rules")
+    cast_under: Mapping[str, Any] = rules_then if isinstance(rules_then, Mapping) else {}
+    text_then = (cast_under.get("reaction", "reply"), cast_under.get("judge_text", "decoded"))  # before both were recorded: sleight's texts
+    if len(stored) and cast_under and text_then != (rules.reaction, rules.judge_text):
+        raise UserError(
+            f"run {run_dir} holds votes whose judges read other text (reply text '{text_then[0]}', judge replies '{text_then[1]}') "
+            f"than the {rules.name} conventions give them now ('{rules.reaction}', '{rules.judge_text}'); judge a fresh copy of the run"
         )
     before = meta.get("juror_chat_template_kwargs") or {}
     for juror, now in kwargs.items():

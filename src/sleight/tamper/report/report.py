@@ -76,8 +76,10 @@ def sections(runs: Sequence[RunData], meta: ReportMeta | None = None, *, B: int 
             "Eligible: trials with ≥1 swap, the ones the jury is asked about and the denominator of every "
             "percentage. Voted: eligible trials with at least one valid (non-abstaining) vote. Undecided: eligible "
             "trials where some label had no majority (abstentions, split votes, not yet judged), kept in the "
-            "denominator. A rate is — when no eligible trial was voted on. Flag. (M.E.): flagged among the entity "
-            "substitute ('Mandela effect'). Ign.: every label has a false majority (none true). A label counts when "
+            "denominator. A rate is — when no eligible trial was voted on or decided (under the study's rule an "
+            "unparsable reply is a false vote, so a trial can be decided, every label false, without a valid vote). "
+            "Flag. (M.E.): flagged among the entity substitute ('Mandela effect'). Ign.: every label has a false "
+            "majority (none true). A label counts when "
             "the jury's majority says true. Δ: mean over eligible trials of the post-swap minus clean "
             "surprisal/entropy (top-20 entropy), in nats; 'matched' is the position-matched variant "
             "(non-overlapping windows vs the clean run's tokens after its own triggers).",

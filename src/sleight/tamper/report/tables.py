@@ -6,7 +6,9 @@ trials: trials with at least one swap, the ones the jury is asked about. *Voted*
 which at least one juror cast a valid vote. A label counts only when the jury's majority says true;
 a trial where some label has no majority (abstentions, split votes, not yet judged) is counted as
 ``undecided`` and stays in the denominator, so abstentions never vanish silently, and a rate over
-trials of which none was voted on is missing ("—"), never 0.0.
+trials of which none was voted on or decided is missing ("—"), never 0.0. Under the study's rule an
+unparsable reply is a false vote, so a trial can be decided (every label false) without one valid
+vote: its rates are those verdicts, and the warning says what the rule made of the replies.
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def table1(runs: Sequence[RunData]) -> pd.DataFrame:
     for run in runs:
         judged = run.judged
         c = _counts(judged)
-        voted = run.verdicts is not None and c["n_voted"] > 0  # no vote at all: every rate is "—", not 0.0
+        # no vote and no verdict at all: every rate is "—", not 0.0 (under the study's rule an unparsable
+        # reply is a false vote, so trials are decided, every label false, without a valid vote)
+        voted = run.verdicts is not None and (c["n_voted"] > 0 or c["n_undecided"] < c["n_eligible"])
         row: dict[str, object] = {"Model": run.model, "Jury": run.jury_label, "Eligible": c["n_eligible"], "Voted": c["n_voted"]}
         row["Undecided"] = c["n_undecided"]
         for name, (k, n) in RATE_COLUMNS.items():
@@ -108,6 +112,12 @@ def table1_warnings(t1: pd.DataFrame) -> list[str]:
             out.append(f"{r['Model']}: no eligible trial (no reply met the trigger), so there is nothing to judge.")
         elif r["Jury"] == "not judged":
             out.append(f"{r['Model']}: not judged yet; its {n} eligible trials have no votes.")
+        elif voted == 0 and und < n:
+            out.append(
+                f"{r['Model']}: the jury wrote no readable reply on any of its {n} eligible trials; under the study's rule each "
+                f"unparsable reply is a false vote, so {n - und} of them are decided with every label false (ignored) and its rates "
+                "are those verdicts" + (f"; {und} undecided (a juror has not answered), kept in the denominators." if und else ".")
+            )
         elif voted == 0:
             out.append(f"{r['Model']}: the jury cast no valid vote on any of its {n} eligible trials (all abstained); its rates are missing (—), not zero.")
         elif und:

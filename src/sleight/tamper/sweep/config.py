@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sleight.backends.spec import ModelSpec
+from sleight.backends.spec import ModelSpec, options
 from sleight.errors import UserError
 from sleight.tamper.job import TRIAL_KEYS, TrialSettings
 
@@ -26,13 +26,11 @@ TABLE_KEYS: tuple[str, ...] = ("display", "thinking_capable")
 ESTIMATE_KEYS: tuple[str, ...] = ("params_b", "active_params_b", "bytes_per_param")
 
 _NUMBER = (int, float)
+_TRIAL_TYPES: dict[str, type] = {"questions": int, "substitutes": int, "max_new_tokens": int, "punctuation_led": bool, "live_rows": int}
+# The type each key's value must have: a model key's from the spec's own options (one place).
 _TYPES: dict[str, Any] = {
-    "engine": str, "revision": str, "quantization": str, "dtype": str, "load_format": str, "max_model_len": int,
-    "gpu_memory_utilization": _NUMBER, "kv_cache_gib": _NUMBER, "enforce_eager": bool, "limit_mm_per_prompt": dict,
-    "tensor_parallel_size": int, "pipeline_parallel_size": int, "trust_remote_code": bool, "engine_args": dict,
-    "chat_template_kwargs": dict, "scorer": str, "batch_size": int, "device": str, "threads": int,
-    "questions": int, "substitutes": int, "questions_file": str, "substitutes_file": str, "trigger": str,
-    "max_new_tokens": int, "conventions": str, "punctuation_led": bool, "decoding": str, "schedule": str, "live_rows": int,
+    **{name: opt.kind for name, opt in options()},
+    **{f.name: _TRIAL_TYPES.get(f.name, str) for f in fields(TrialSettings)},
     "display": str, "thinking_capable": bool,
 }  # fmt: skip
 

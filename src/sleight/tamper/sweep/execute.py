@@ -264,8 +264,29 @@ class Scheduling:
     gpus_per_task: float | None = None
     cpus_per_task: int = 1
     progress: bool = True
-    task_fn: TaskFn = job.execute  # a job -> its summary lines (runs the model; a Ray worker imports it)
+    from sleight.tamper import runner
+
+    task_fn: TaskFn = runner.execute  # a job -> its summary lines (runs the model; a Ray worker imports it)
     prepare_fn: Callable[[TamperJob], Any] = job.prepare  # a job -> its checked inputs, before any model loads
+
+
+def jury_prompt_file(plan: Plan) -> Any:
+    """The jury's prompt file, checked as the judge will check it, before any model runs: loaded, and
+    under the study's conventions the study's pinned judge module or refused in one line
+    (:func:`~sleight.tamper.jury.prompt_file.checked_for`, the judge's own check); ``None`` for a
+    shipped prompt, whose name is checked here too."""
+    jury = plan.config.jury
+    if jury is None:
+        return None
+    if not jury.prompt_file:
+        from sleight.tamper.jury.prompt import builtin_prompt
+
+        builtin_prompt(jury.prompt)  # a wrong prompt name answers before any model runs
+        return None
+    from sleight.tamper.jury.prompt_file import checked_for, load_prompt_file
+
+    # the conventions the jury will judge under: the subjects' runs' (as sweep.judging passes them)
+    return checked_for(load_prompt_file(jury.prompt_file), plan.tasks[0].job.trials.conventions if plan.tasks else None)
 
 
 def execute(plan: Plan, how: Scheduling, echo: Callable[[str], None] = print) -> int:
@@ -277,15 +298,7 @@ def execute(plan: Plan, how: Scheduling, echo: Callable[[str], None] = print) ->
         raise UserError(f"--cpus-per-task must be at least 1 (got {how.cpus_per_task})")
     if how.gpus_per_task is not None and how.gpus_per_task < 0:
         raise UserError(f"--gpus-per-task must be 0 or more (got {how.gpus_per_task})")
-    prompt_file = None
-    if plan.config.jury is not None:
-        from sleight.tamper.jury.prompt import builtin_prompt
-        from sleight.tamper.jury.prompt_file import load_prompt_file
-
-        jury = plan.config.jury
-        prompt_file = load_prompt_file(jury.prompt_file) if jury.prompt_file else None
-        if prompt_file is None:
-            builtin_prompt(jury.prompt)  # a wrong prompt name answers before any model runs
+    prompt_file = jury_prompt_file(plan)
 
     # Every task checked first (inputs, a different config refused, committed parts verified), so a
     # mistake answers in one line before a cluster starts; finished shards are not scheduled.

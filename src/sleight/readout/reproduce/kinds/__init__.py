@@ -4,18 +4,31 @@
 from __future__ import annotations
 
 import functools
-import importlib
 
-from sleight.readout.reproduce.kinds.base import ModelSettings, Rows, RunContext, RunKind, run_settings
+from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, checkpoint_spec, run_settings
 
 MODULES = ("downstream", "audit", "forecast_readouts", "scan", "estimators", "conditions", "named_items", "constructed_reader")
 
 
 @functools.cache
 def registry() -> dict[str, RunKind]:
+    from sleight.readout.reproduce.kinds import (
+        audit,
+        conditions,
+        constructed_reader,
+        downstream,
+        estimators,
+        forecast_readouts,
+        named_items,
+        scan,
+    )  # fmt: skip
+
+    modules = {"downstream": downstream, "audit": audit, "forecast_readouts": forecast_readouts, "scan": scan, "estimators": estimators,
+               "conditions": conditions, "named_items": named_items, "constructed_reader": constructed_reader}  # fmt: skip
+    assert tuple(modules) == MODULES
     out: dict[str, RunKind] = {}
     for m in MODULES:
-        for kind in importlib.import_module(f"{__name__}.{m}").KINDS:
+        for kind in modules[m].KINDS:
             if kind.name in out:
                 raise RuntimeError(f"run kind {kind.name} is defined twice")
             out[kind.name] = kind
@@ -31,4 +44,4 @@ def kind(name: str) -> RunKind:
     return registry()[name]
 
 
-__all__ = ["MODULES", "ModelSettings", "RunContext", "RunKind", "Rows", "kind", "names", "registry", "run_settings"]
+__all__ = ["MODULES", "RunContext", "RunKind", "Rows", "kind", "names", "registry", "run_settings", "checkpoint_spec"]

@@ -52,7 +52,7 @@ def audit_rows(ctx: RunContext) -> Rows:
         data=ctx.data,
         limit=ctx.limit,
         variants=",".join(variants) if isinstance(variants, list) else str(variants),
-        rows_per_pass=ctx.settings.batch_size,
+        rows_per_pass=ctx.model_spec.batch_size,
         **s,
     )
     if condition is not None:  # Table 3 / App. I: the condition's items (C0: the fixed note) over the same records

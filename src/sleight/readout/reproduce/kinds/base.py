@@ -5,36 +5,14 @@ checker, the plan and the runner ask the kind, never a chain of ``if command == 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sleight.backends.spec import ModelSpec
 from sleight.readout.reproduce.spec import Checkpoint, RunSpec
 
 Rows = list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """How every checkpoint is loaded (the commands' model flags, less ``--model``);
-    ``chat_template_kwargs`` merge over each checkpoint's own."""
-
-    engine: str = "hf"
-    device: str | None = None
-    dtype: str | None = None
-    batch_size: int = 64
-    threads: int | None = None
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def template_kwargs(self, ck: Checkpoint) -> dict[str, Any]:
-        return {**ck.chat_template_kwargs, **self.chat_template_kwargs}
-
-    @property
-    def weights_dtype(self) -> str:
-        from sleight.backends import default_dtype
-
-        return self.dtype or default_dtype(self.engine)
 
 
 @dataclass(frozen=True)
@@ -48,7 +26,7 @@ class RunContext:
     run_dir: Path
     data: str
     limit: int | None
-    settings: ModelSettings
+    model_spec: ModelSpec  # how the checkpoint loads (:func:`checkpoint_spec`)
     model: Callable[[], Any]
     B: int
     seed: int
@@ -91,6 +69,20 @@ class RunKind:
     context_tokens: int = 300
     values: Callable[[], dict[str, tuple[str, ...]]] = _no_values
     check: Callable[[Mapping[str, Any]], str | None] = _no_check
+
+
+def checkpoint_spec(ck: Checkpoint, base: ModelSpec, dtype: str | None = None) -> ModelSpec:
+    """How ``ck`` loads: the command's spec (its model flags) with the checkpoint's model, and the
+    command's chat-template variables over the checkpoint's own (checked again, so a flag that
+    means nothing for this checkpoint, such as ``--revision`` on a bundled model, is refused).
+    The weights' dtype: the command's ``--dtype`` where given, else the table's (``dtype``, the one
+    the paper ran in), else the engine's default."""
+    from sleight.backends import default_dtype
+
+    return base.with_(
+        model=ck.model, chat_template_kwargs={**ck.chat_template_kwargs, **base.chat_template_kwargs},
+        dtype=base.dtype or dtype or default_dtype(base.engine),
+    )
 
 
 def run_settings(spec: RunSpec, ck: Checkpoint) -> dict[str, Any]:

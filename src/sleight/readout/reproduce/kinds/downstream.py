@@ -23,7 +23,7 @@ def downstream_rows(command: str, ctx: RunContext) -> Rows:
     from sleight.readout.downstream_run import ForecastConfig, PTrueConfig, run_downstream
 
     cls: type[ForecastConfig] | type[PTrueConfig] = ForecastConfig if command == "forecast" else PTrueConfig
-    s = ctx.settings
+    s = ctx.model_spec
     config = cls(
         model=ctx.checkpoint.model,
         engine=s.engine,

