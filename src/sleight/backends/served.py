@@ -43,7 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from sleight.backends.base import UNWARPED, Completion, Edit, Generation, ModelInfo, NextToken, Rendered, Sample, Sampling, Scored
+from sleight.backends.base import (
+    UNWARPED,
+    Completion,
+    Edit,
+    Generation,
+    ModelInfo,
+    NextToken,
+    Rendered,
+    Sample,
+    Sampling,
+    Scored,
+    scored_completions,
+    until_budgets,
+)
 from sleight.backends.served_probe import probe_server
 from sleight.backends.served_wire import Lp, completion, error_text, greedy_payload, positions, ranked, token_ids
 from sleight.backends.spec import ModelSpec
@@ -295,11 +308,7 @@ class ServedModel:
         stop: Sequence[str] = (),
         progress: Callable[[int], None] | None = None,
     ) -> list[Completion]:
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("generate_until needs non-empty prompts")
-        budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
-        if len(budgets) != len(prompts):
-            raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+        budgets = until_budgets(prompts, max_tokens)
 
         def one(i: int) -> Completion:
             return self.request(prompts[i], budgets[i], stop_token_ids=stop_token_ids, stop=stop)
@@ -328,16 +337,7 @@ class ServedModel:
         top_k: int = 20,
         stop_token_ids: Sequence[int] = (),
     ) -> list[Completion]:
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("generate_scored needs non-empty prompts")
-        if not len(prompts) == len(max_tokens) == len(forced):
-            raise ValueError("generate_scored needs one budget and one forced entry per prompt")
-        stream = self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids)
-        result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
-        asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
-        for rid, done in stream:
-            result[asked[rid]] = done
-        return result
+        return scored_completions(self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids), prompts, max_tokens, forced, top_k)
 
     def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ServedStream:
         self._check_k(top_k)

@@ -58,7 +58,9 @@ from sleight.backends.base import (
     Sample,
     Sampling,
     Scored,
+    scored_completions,
     sha256_text,
+    until_budgets,
 )
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec, vllm_settings
@@ -105,6 +107,32 @@ def platform_of(vllm: Any) -> str:
     if current_platform.is_cuda():
         return "cuda"
     raise UserError(f"engine 'vllm' runs on CPU or CUDA here; this vLLM build's platform is {type(current_platform).__name__}")
+
+
+# Quantization methods whose linear layers vLLM-CPU runs with its int4 GEMM
+# (CPUWNA16LinearKernel -> ops.cpu_gemm_wna16, model_executor/kernels/linear/mixed_precision/cpu.py).
+CPU_INT4_METHODS = frozenset({"awq", "gptq", "awq_marlin", "gptq_marlin"})
+
+
+def cpu_int4_refusal(quantization: str | None, has_kernel: Callable[[], bool]) -> str | None:
+    """Why ``quantization`` cannot run on this vLLM-CPU build, or None. vLLM-CPU loads the kernel
+    library of the CPU's ISA (platforms/cpu.py ``import_kernels``), and its AVX2 build carries no
+    ``cpu_gemm_wna16``: the engine would start and then die at the first forward pass."""
+    if quantization not in CPU_INT4_METHODS or has_kernel():
+        return None
+    return (
+        f"quantization {quantization} needs vLLM-CPU's int4 kernel (cpu_gemm_wna16), which its build for this "
+        "CPU lacks (vLLM-CPU ships it for AVX-512 only); run it on an AVX-512 CPU or a GPU"
+    )
+
+
+def _cpu_has_int4_kernel() -> bool:
+    """Whether the kernel library vLLM-CPU loads on this CPU defines ``cpu_gemm_wna16``."""
+    import torch
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    return hasattr(torch.ops._C, "cpu_gemm_wna16")
 
 
 def cpu_bind(threads: int, available: Sequence[int]) -> str:
@@ -347,6 +375,9 @@ class VLLMModel(HFTokenizerOps):
             # vLLM's CPU worker binds its OpenMP threads to these cores and ignores torch.set_num_threads.
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(self._threads, sorted(os.sched_getaffinity(0)))
         self.llm_kwargs = engine_kwargs(resolved.load_path, spec, platform=self.platform, max_logprobs=max_logprobs)
+        refusal = cpu_int4_refusal(spec.quantization, _cpu_has_int4_kernel) if self.platform == "cpu" else None
+        if refusal:
+            raise UserError(refusal)
         self.llm = vllm.LLM(**self.llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         cfg = self.llm.llm_engine.model_config
@@ -476,11 +507,7 @@ class VLLMModel(HFTokenizerOps):
         stop: Sequence[str] = (),
         progress: Callable[[int], None] | None = None,
     ) -> list[Completion]:
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("generate_until needs non-empty prompts")
-        budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
-        if len(budgets) != len(prompts):
-            raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
+        budgets = until_budgets(prompts, max_tokens)
         result = [Completion([], "length") for _ in prompts]
         todo = [i for i, b in enumerate(budgets) if b > 0]
         outs = self._generate([prompts[i] for i in todo], [until_params(budgets[i], stop_token_ids, stop) for i in todo])
@@ -509,16 +536,7 @@ class VLLMModel(HFTokenizerOps):
         vLLM generates it (two-phase decoding then needs no scoring pass: SPEC §3.1). A row whose
         ``forced[i]`` is a token id generates exactly that token instead (:func:`forced_params`):
         the records of a substitute the run placed there. All rows go out in one call."""
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("generate_scored needs non-empty prompts")
-        if not len(prompts) == len(max_tokens) == len(forced):
-            raise ValueError("generate_scored needs one budget and one forced entry per prompt")
-        stream = self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids)
-        result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
-        asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
-        for rid, done in stream:
-            result[asked[rid]] = done
-        return result
+        return scored_completions(self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids), prompts, max_tokens, forced, top_k)
 
     def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredStream:
         """Requests of :meth:`generate_scored` submitted while the engine runs (:class:`ScoredStream`)."""

@@ -259,6 +259,11 @@ class DownstreamConfig:
         """The kind's own settings, in the manifest's config and the command line."""
         return {}
 
+    def _fixed(self) -> dict[str, Any]:
+        """What the kind fixes (no flag changes it), in the manifest's config only: a run made
+        before it was fixed so is refused a resume instead of mixing two protocols."""
+        return {}
+
     def record(self, items_path: str, items: Sequence[Any]) -> dict[str, Any]:
         """The manifest's config: what decides the readings (a resume with another value is refused)."""
         return {
@@ -271,6 +276,7 @@ class DownstreamConfig:
             "continuation_tokens": self.continuation_tokens,
             "chunk": self.chunk,
             **self._own(),
+            **self._fixed(),
         }
 
     def command(self, out: Path | str, items_path: str) -> str:
@@ -369,10 +375,12 @@ class PTrueConfig(DownstreamConfig):
 
     def _own(self) -> dict[str, Any]:
         own: dict[str, Any] = {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
-        own["answer_stop"] = list(POLYGRAPH_STOP)  # own answers end after the first newline (App. E's lm-polygraph configs)
         if self.decode == "sampled":
             own.update(decode=self.decode, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, sample_seed=self.sample_seed)
         return own
+
+    def _fixed(self) -> dict[str, Any]:
+        return {"answer_stop": list(POLYGRAPH_STOP)}  # own answers end at the first newline (App. E's lm-polygraph configs)
 
 
 @dataclass

@@ -348,6 +348,17 @@ def load_table(name: str | Path) -> TableConfig:
             if not _is_number(v):
                 raise r.fail(f"paper.{row}.{key}", f"expected a number or [estimate, low, high], got {v!r}")
             paper.setdefault(row, {})[key] = float(v)
+    B, seed, level, dtype, limit = _run_settings(r, obj)
+    return TableConfig(
+        name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
+        runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=seed, level=level,
+        digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
+        section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci, dtype=dtype,
+    )
+
+
+def _run_settings(r: _Reader, obj: Mapping[str, Any]) -> tuple[int, int, float, str | None, int | None]:
+    """The table's bootstrap (B, seed, level), pinned dtype and item limit, each checked."""
     boot = r.mapping(obj.get("bootstrap"), "bootstrap")
     r.unknown(boot, ("B", "seed", "level"), "bootstrap")
     B, seed, level = boot.get("B", 20000), boot.get("seed", 0), boot.get("level", 0.95)
@@ -361,12 +372,7 @@ def load_table(name: str | Path) -> TableConfig:
     limit = obj.get("limit")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise r.fail("limit", f"expected a positive integer or null, got {limit!r}")
-    return TableConfig(
-        name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
-        runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=int(seed), level=level,
-        digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
-        section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci, dtype=dtype,
-    )
+    return B, int(seed), level, dtype, limit
 
 
 def _is_number(v: Any) -> bool:

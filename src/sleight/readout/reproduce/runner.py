@@ -179,6 +179,21 @@ def run_one(
     return kinds.kind(spec.command).rows(ctx)
 
 
+def _notes(config: TableConfig, plan: Mapping[str, tuple[str, str]], n: int | None, given_models: bool, say: Callable[[str], None]) -> list[str]:
+    """The table's notes on what this reproduction read and changed (a fixture is also said aloud)."""
+    notes = [f"Run `{name}` ({spec.command}): {_short(plan[name][0])}, {plan[name][1]}." for name, spec in config.runs.items()]
+    for name, (_spec_text, what) in plan.items():
+        if what.startswith("shipped fixture"):
+            say(f"{config.name}: run {name} reads the {what}; its numbers are not comparable with the paper's")
+    if n is not None:
+        notes.append(f"First {n} items of each run's data (--limit).")
+    if given_models:
+        notes.append("Checkpoints given with --models, not the table's own.")
+    if config.inferred:
+        notes.append(f"Inferred, not taken from the paper: {config.inferred}")
+    return notes + list(config.notes)
+
+
 @dataclass
 class ReproduceResult:
     table: TableResult
@@ -227,17 +242,7 @@ def reproduce(
         models_cache.spec(ck, config.dtype)
     given = parse_overrides(overrides)
     plan = {name: resolve_data(spec, data, given) for name, spec in config.runs.items()}
-    notes = [f"Run `{name}` ({spec.command}): {_short(plan[name][0])}, {plan[name][1]}." for name, spec in config.runs.items()]
-    for name, (_spec_text, what) in plan.items():
-        if what.startswith("shipped fixture"):
-            say(f"{config.name}: run {name} reads the {what}; its numbers are not comparable with the paper's")
-    if n is not None:
-        notes.append(f"First {n} items of each run's data (--limit).")
-    if models:
-        notes.append("Checkpoints given with --models, not the table's own.")
-    if config.inferred:
-        notes.append(f"Inferred, not taken from the paper: {config.inferred}")
-    notes += list(config.notes)
+    notes = _notes(config, plan, n, bool(models), say)
     root = Path(out)
     table_dir = root / config.name
     readings: dict[str, dict[str, list[dict[str, Any]]]] = {}
