@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sleight.backends.base import LanguageModel
+from sleight.backends.base import ForkedReads, LanguageModel, NextToken
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -193,6 +193,31 @@ def _option_set_reading(
     )
 
 
+def fork_groups(seqs: Sequence[Sequence[int]], forks: int) -> tuple[list[list[int]], list[list[list[int]]]]:
+    """Consecutive runs of ``forks`` sequences split into their common prefix and their tails, the
+    prefix stopping a token short of the shortest so every tail is non-empty (pure)."""
+    prefixes: list[list[int]] = []
+    tails: list[list[list[int]]] = []
+    for lo in range(0, len(seqs), forks):
+        group = [list(s) for s in seqs[lo : lo + forks]]
+        n = 0
+        limit = min(len(s) for s in group) - 1
+        while n < limit and all(s[n] == group[0][n] for s in group):
+            n += 1
+        prefixes.append(group[0][:n])
+        tails.append([s[n:] for s in group])
+    return prefixes, tails
+
+
+def _read_next(model: LanguageModel, ctx_ids: list[list[int]], asked: list[list[int]], top_k: int, forks: int) -> list[NextToken]:
+    """One batched read of every context's next position, each shared prefix once where the engine forks."""
+    if forks > 1 and isinstance(model, ForkedReads):
+        prefixes, tails = fork_groups(ctx_ids, forks)
+        if all(prefixes):
+            return model.read_forks(prefixes, tails, asked, top_k=top_k)
+    return model.read_next(ctx_ids, asked, top_k=top_k)
+
+
 def read_positions(
     model: LanguageModel,
     contexts: Sequence[str],
@@ -201,6 +226,7 @@ def read_positions(
     top_k: int = 20,
     extra_ids: Sequence[int] = (),
     score_options: bool = False,
+    forks: int = 1,
 ) -> list[PositionReading]:
     """Read each context's next position against each of its option sets.
 
@@ -208,6 +234,8 @@ def read_positions(
     serves every context (the options' in-context and isolated first ids, plus ``extra_ids``, are the
     asked ids). With ``score_options`` the later tokens of multi-token options are scored too (one
     ``continuation_logprobs`` call per context that has any), so full-sequence log-probs exist.
+    ``forks``: consecutive runs of that many contexts share a long prefix (a vote's label slots),
+    read once where the engine can fork it (:class:`~sleight.backends.base.ForkedReads`).
     """
     if len(option_sets) != len(contexts):
         raise ValueError(f"{len(contexts)} contexts but {len(option_sets)} lists of option sets")
@@ -222,7 +250,7 @@ def read_positions(
     ]
     alone = _alone_ids(model, option_sets)
     asked = _asked_ids(option_sets, encs, alone, extra_ids)
-    nexts = model.read_next(ctx_ids, asked, top_k=top_k)
+    nexts = _read_next(model, ctx_ids, asked, top_k, forks)
 
     out: list[PositionReading] = []
     for i, (sets, per_set, nt) in enumerate(zip(option_sets, encs, nexts)):

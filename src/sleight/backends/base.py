@@ -401,6 +401,18 @@ class FullDistribution(Protocol):
 
 
 @runtime_checkable
+class ForkedReads(Protocol):
+    """An engine that reads several short continuations of one prefix with the prefix computed once
+    (a juror's label slots fork from its reading of the case, as a question's trials fork its prompt)."""
+
+    def read_forks(
+        self, prefixes: Sequence[Sequence[int]], tails: Sequence[Sequence[Sequence[int]]], asked: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> list[NextToken]:
+        """:meth:`LanguageModel.read_next` at the end of ``prefixes[g] + tails[g][j]``, in (g, j)
+        order, ``asked`` aligned with that order; every tail non-empty."""
+
+
+@runtime_checkable
 class SpecialTokens(Protocol):
     """An engine that tells special tokens (end-of-turn, template markers) from text."""
 

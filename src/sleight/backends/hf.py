@@ -189,6 +189,50 @@ class HFModel(HFTokenizerOps):
                 )
         return out
 
+    def read_forks(
+        self, prefixes: Sequence[Sequence[int]], tails: Sequence[Sequence[Sequence[int]]], asked: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> list[NextToken]:
+        """Read as a tree: what every prefix shares (a judge's instructions up to the case) once, then
+        each prefix alone from that cache (one row, no padding: on a CPU a padded batch of prompts of
+        unequal lengths reads slower than its rows one by one), then its tails together, forked from
+        its cache. The numbers of reading every ``prefix + tail`` whole, within float32 rounding."""
+        if len(tails) != len(prefixes) or len(asked) != sum(len(t) for t in tails):
+            raise ValueError("read_forks needs the tails of every prefix and one list of asked ids per tail")
+        if any(not p for p in prefixes) or any(not t for ts in tails for t in ts):
+            raise ValueError("read_forks needs non-empty prefixes and tails")
+        shared = min(common_prefix_len(prefixes), min(len(p) for p in prefixes) - 1)
+        base = self.forward(*self.padded([prefixes[0][:shared]]), last_only=True)[1] if shared else None
+        out: list[NextToken] = []
+        for g, prefix in enumerate(prefixes):
+            at = len(out)
+            rest = torch.tensor([list(prefix[shared:])], dtype=torch.long, device=self.device)
+            pos = torch.arange(shared, len(prefix), device=self.device)[None]
+            cache = repeat_cache(base, 1) if base is not None else None
+            _, cache = self.forward(rest, torch.ones((1, len(prefix)), dtype=torch.long, device=self.device), pos, cache, last_only=True)
+            n = len(tails[g])
+            mask = torch.ones((n, len(prefix)), dtype=torch.long, device=self.device)
+            out += self._read_tails(repeat_cache(cache, n, copy=False), mask, tails[g], asked[at : at + n], top_k)
+        return out
+
+    def _read_tails(
+        self, cache: Cache, prefix_mask: torch.Tensor, tails: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], top_k: int
+    ) -> list[NextToken]:
+        """One tail a cached prefix row, read at the tail's last token."""
+        tid, tmask, _ = self.padded(tails, "right")
+        tpos = prefix_mask.sum(-1, keepdim=True) + torch.arange(tid.shape[1], device=self.device)
+        logits, _ = self.forward(tid, torch.cat([prefix_mask, tmask], 1), tpos, cache, keep=tid.shape[1])
+        last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
+        rec = position_records(logits[torch.arange(len(tails), device=self.device), last], top_k)
+        return [
+            NextToken(
+                rec.lp[b, torch.tensor(list(want), dtype=torch.long, device=rec.lp.device)].double().cpu().numpy() if want else np.zeros(0),
+                rec.top_ids[b].astype(np.int64),
+                rec.top_lp[b].astype(np.float64),
+                float(rec.entropy[b]),
+            )
+            for b, want in enumerate(asked)
+        ]
+
     def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         """Raw logits at the end of each sequence (for readouts that reproduce a library's own
         post-processing of logits, such as lm-polygraph's sanitiser)."""

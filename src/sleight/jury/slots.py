@@ -5,7 +5,8 @@ that field's value (``{"flagged":``, ending before the space), and the field's o
 `` false``) are scored there in context, with the prefix condition checked, through the one reading
 of a scored position every instrument uses (:func:`sleight.position.read_positions`; on vLLM that is
 its token-id log-probs, never a vocabulary dump). Fields are independent, so every slot of a batch
-goes in one call. The vote is the argmax per field; the renormalised probabilities are kept as a
+goes in one call, and where the engine forks (hf) each case is read once and its slots' few tokens
+are read from that reading's cache. The vote is the argmax per field; the renormalised probabilities are kept as a
 soft vote, and the options' mass at each slot is recorded: a juror whose slots hold little mass is
 being read where it was about to write something else (the readout audit applied to the jury).
 """
@@ -75,7 +76,7 @@ def slot_casts(model: Any, conversations: Sequence[Messages], ballot: Ballot, *,
         return []
     contexts, sets = slot_contexts(model, conversations, ballot)
     start = time.perf_counter()
-    readings = read_positions(model, contexts, sets, top_k=top_k)
+    readings = read_positions(model, contexts, sets, top_k=top_k, forks=len(ballot.fields))  # a vote's slots fork from its case
     each = (time.perf_counter() - start) / len(conversations)
     k = len(ballot.fields)
     return [slot_cast(ballot, [readings[i * k + j].option_sets[0] for j in range(k)], each) for i in range(len(conversations))]
