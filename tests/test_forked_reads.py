@@ -69,3 +69,18 @@ def test_read_forks_refuses_empty_tails(model) -> None:
         model.read_forks([[1, 2]], [[[]]], [[]])
     with pytest.raises(ValueError, match="one list of asked ids per tail"):
         model.read_forks([[1, 2]], [[[3], [4]]], [[]])
+
+
+def test_text_votes_read_each_prompt_alone_and_decode_them_together(model) -> None:
+    """A local juror's free-text replies (``LocalChat.chat_many``): prompts of unequal lengths, each
+    its own request on one ragged stream, give every row the tokens that prompt gets decoded alone."""
+    from sleight.backends.chat import greedy_rows_alone
+
+    prompts = [
+        list(model.render_chat([{"role": "user", "content": q}]).ids)
+        for q in ("What is the capital of France?", "Why is the sky blue? Answer briefly.", "Name three primary colors, then stop.")
+    ]
+    together = greedy_rows_alone(model, prompts, 24)
+    for p, g in zip(prompts, together):
+        alone = model.greedy([p], 24, top_k=1)[0]
+        assert list(g.token_ids) == list(alone.token_ids) and g.finish_reason == alone.finish_reason

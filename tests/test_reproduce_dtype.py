@@ -22,6 +22,19 @@ def _base(*argv: str):
     return model_spec_from_args(build_parser().parse_args(["readout", "reproduce", "table3", *argv]), model=CK.model, resolve_dtype=False)
 
 
+def test_the_pinned_dtype_reaches_the_loaded_weights():
+    """A table's float16 loads the bundled model's weights in float16 (the end-to-end table tests run
+    float32 through the command's dtype, tests/test_reproduce.py)."""
+    import torch
+
+    cache = ModelCache()
+    try:
+        m = cache.get(Checkpoint("smollm2-135m-instruct", "smollm2-135m-instruct"), "float16")
+        assert m.info.dtype == "float16" and next(m.model.parameters()).dtype == torch.float16
+    finally:
+        cache.close()
+
+
 def test_a_checkpoint_loads_in_the_tables_dtype_unless_the_command_gives_one():
     assert ModelCache(_base()).spec(CK, "float16").dtype == "float16"
     assert ModelCache(_base()).spec(CK, None).dtype == "float32"  # no pin: the hf engine's default

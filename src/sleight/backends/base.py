@@ -386,7 +386,10 @@ class DecodeStream(Protocol):
 @runtime_checkable
 class ContinuousBatching(Protocol):
     """An engine whose greedy decoding takes requests while it runs (hf's ``GreedyStream``): what
-    the tamper sweep order schedules every question's requests on."""
+    the tamper sweep order schedules every question's requests on. ``ragged``: rows keep their own
+    lengths (:mod:`.ragged`), so a one-row request joins the batch without padding."""
+
+    ragged: bool
 
     def stream(self, *, top_k: int = 20, live_rows: int | None = None, progress: Callable[[int], None] | None = None) -> DecodeStream:
         """A stream of requests decoding together, at most ``live_rows`` rows at a time."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # The transport is shared with the served engine; its names stay importable from here.
+from sleight.backends.base import ContinuousBatching
 from sleight.backends.transport import RETRY_STATUS, Endpoint, _Transport, parse_openai_spec, retry_after_s  # noqa: F401
 
 Messages = Sequence[Mapping[str, str]]
@@ -269,7 +270,7 @@ class LocalChat:
     ) -> list[ChatReply]:
         prompts = [self.model.render_chat([dict(m) for m in msgs]).ids for msgs in conversations]
         start = time.perf_counter()
-        gens = self.model.greedy(prompts, max_tokens, top_k=1)
+        gens = greedy_rows_alone(self.model, prompts, max_tokens)
         each = (time.perf_counter() - start) / max(len(prompts), 1)
         if progress:
             progress(len(prompts))
@@ -278,6 +279,21 @@ class LocalChat:
     def reply_text(self, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> str:
         """The text of a reply's tokens (special tokens kept); a subclass may read them otherwise."""
         return str(self.model.decode(token_ids))
+
+
+def greedy_rows_alone(model: Any, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Any]:
+    """Greedy replies, each prompt read alone and all decoded together where the engine's batches are
+    ragged (each prompt its own request on one stream: judge prompts of unequal lengths are not
+    padded to the longest, which on a CPU costs more than reading them one by one); elsewhere the
+    engine's batched ``greedy``. A row's tokens are those of that prompt decoded alone."""
+    if not (isinstance(model, ContinuousBatching) and model.ragged) or len(prompts) < 2:
+        return list(model.greedy(prompts, max_tokens, top_k=1))
+    stream = model.stream(top_k=1, live_rows=len(prompts))
+    at = {stream.submit([p], max_tokens): i for i, p in enumerate(prompts)}
+    out: list[Any] = [None] * len(prompts)
+    for gid, gens in stream:
+        out[at[gid]] = gens[0]
+    return out
 
 
 def load_chat(spec: str, *, engine: str = "hf", check: bool = True, **kwargs: Any) -> ChatModel:

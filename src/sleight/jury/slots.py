@@ -70,13 +70,14 @@ def _note(f: Field, probs: np.ndarray, mass: float | None) -> str:
     return f"{f.name}: {f.values[best]} P {probs[best]:.3f}, slot mass {m}"
 
 
-def slot_casts(model: Any, conversations: Sequence[Messages], ballot: Ballot, *, top_k: int = 20) -> list[Cast]:
-    """Slot votes for a batch of conversations, every slot in one :func:`read_positions` call."""
+def slot_casts(model: Any, conversations: Sequence[Messages], ballot: Ballot, *, top_k: int = 20, fork: bool = True) -> list[Cast]:
+    """Slot votes for a batch of conversations, every slot in one :func:`read_positions` call
+    (``fork=False``: every slot's context read whole, the reference the forked reading must equal)."""
     if not conversations:
         return []
     contexts, sets = slot_contexts(model, conversations, ballot)
     start = time.perf_counter()
-    readings = read_positions(model, contexts, sets, top_k=top_k, forks=len(ballot.fields))  # a vote's slots fork from its case
+    readings = read_positions(model, contexts, sets, top_k=top_k, forks=len(ballot.fields) if fork else 1)  # a vote's slots fork from its case
     each = (time.perf_counter() - start) / len(conversations)
     k = len(ballot.fields)
     return [slot_cast(ballot, [readings[i * k + j].option_sets[0] for j in range(k)], each) for i in range(len(conversations))]
