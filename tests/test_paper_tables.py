@@ -8,6 +8,7 @@ study's (``scripts/update_paper_tables.py`` lines 74-93 at 08d2bae); the interva
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -19,8 +20,8 @@ from sleight.stats import bootstrap_ci, mean
 from sleight.tamper.report import paper
 from sleight.tamper.report.export import to_latex, to_markdown
 from sleight.tamper.report.meta import ModelMeta, ReportMeta
-from sleight.tamper.report.paper import FLAG, Boot, ModelTrials, paper_tables, rate, rate_diff
-from sleight.tamper.report.paper_sections import table1_section, table2_section, untouched_section
+from sleight.tamper.report.paper import ACTIVE, FLAG, TABLE1, TOTAL, Boot, ModelTrials, paper_tables, rate, rate_diff
+from sleight.tamper.report.paper_sections import claims_sections, table1_section, table2_section, untouched_section
 from sleight.tamper.report.site import html_table
 from tolerances import FLOAT64_ATOL, FLOAT64_RTOL
 
@@ -145,16 +146,75 @@ def test_the_pooled_switch_aware_rate(three, tables):
 
 
 def test_the_size_statistic_is_spearman_over_models(three, tables):
-    by_col = {s.column: s for s in tables.size}
+    assert [(s.size, s.column) for s in tables.size] == [(TOTAL, c) for c in TABLE1] + [(ACTIVE, c) for c in TABLE1]
+    by_col = {(s.size, s.column): s for s in tables.size}
     flags = [r.table1[FLAG].value for r in tables.rows]
     sizes = [r.model.params_b for r in tables.rows]
-    s = by_col[FLAG]
+    s = by_col[TOTAL, FLAG]
     assert s.n_models == 3 and math.isclose(s.rho, spearmanr(sizes, flags).statistic, rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL)
     assert -1 <= s.low <= s.high <= 1
+    assert by_col[ACTIVE, FLAG] == dataclasses.replace(s, size=ACTIVE)  # all three dense: active is total, the same draws
     none = paper_tables([synthetic("x", "X", flag=1, flag_me=0, derail=1, corr=10100, aware=0, ds=0.1, de=0.1)], boot=Boot(B=20))
     assert all(math.isnan(z.rho) and z.n_models == 0 for z in none.size)  # no sizes given: no statistic
     ties = paper.spearman(np.array([1.0, 2.0, 2.0, 3.0]), np.array([4.0, 1.0, 1.0, 0.0]))
     assert math.isclose(ties, spearmanr([1, 2, 2, 3], [4, 1, 1, 0]).statistic, rel_tol=FLOAT64_RTOL, abs_tol=FLOAT64_ATOL)
+
+
+def _sized(key: str, flagged: int, params: float | None, active: float | None) -> ModelTrials:
+    """Ten judged trials (one per question), ``flagged`` of them flagged; every other label false."""
+    q = np.array([f"q{k}" for k in range(10)])
+    flags = np.arange(10) < flagged
+    none = np.zeros(10, bool)
+    labels = {"flagged": flags, "derailed": none, "corrected": none, "switch_aware": none, "ignored": ~flags}
+    return ModelTrials(key, key, False, params, q, none, labels, q, none, np.full(10, 0.1), np.full(10, 0.2), active)
+
+
+# (run, flagged of 10, params_b, active_params_b): the study's sizes (data/sweeps/study.yaml) for two mixtures of
+# experts and Gemma 4's E-models, two dense models (active = total) and one whose size the config does not give.
+SIZED = [
+    ("gemma4-26b-a4b", 1, 25.2, 3.8), ("gpt-oss-20b", 6, 20.9, 3.6), ("gemma4-e2b", 2, 5.1, 2.0), ("gemma4-e4b", 4, 8.0, 4.0),
+    ("qwen2.5-14b", 9, 14.7, None), ("yi-1.5-34b", 3, 34.4, None), ("unsized", 7, None, None),
+]  # fmt: skip
+
+
+def test_the_size_statistic_over_total_and_active_parameters():
+    """§6's "no clear correlation" with the number of parameters names no size; §4's "roughly 2B to 72B" counts Gemma 4
+    E2B as 2B, its active size. Each size's ρ is scipy's Spearman over the models that have one: a dense model's active
+    size is its total, a model without a size is left out."""
+    t = paper_tables([_sized(*row) for row in SIZED], boot=Boot(B=200, seed=1))
+    by = {(s.size, s.column): s for s in t.size}
+    sized = [row for row in SIZED if row[2] is not None]
+    flags = [f / 10 for _, f, _, _ in sized]
+    total = [p for _, _, p, _ in sized]
+    active = [p if a is None else a for _, _, p, a in sized]
+    assert active == [3.8, 3.6, 2.0, 4.0, 14.7, 34.4]
+    for size, xs in ((TOTAL, total), (ACTIVE, active)):
+        s = by[size, FLAG]
+        assert s.n_models == 6 and s.rho == pytest.approx(spearmanr(xs, flags).statistic, rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)
+        assert -1 <= s.low <= s.rho <= s.high <= 1
+    # by hand: total ranks (5, 4, 1, 2, 3, 6), active ranks (3, 2, 1, 4, 5, 6); flagged ranks (1, 5, 2, 4, 6, 3)
+    assert by[TOTAL, FLAG].rho == pytest.approx(1 - 6 * 40 / (6 * 35), rel=FLOAT64_RTOL)
+    assert by[ACTIVE, FLAG].rho == pytest.approx(1 - 6 * 24 / (6 * 35), rel=FLOAT64_RTOL)
+    assert by[ACTIVE, "Ign."].n_models == 6 and by[ACTIVE, "Ign."].rho == pytest.approx(-by[ACTIVE, FLAG].rho, rel=FLOAT64_RTOL)
+    # an active size without a total counts under active only
+    t2 = paper_tables([_sized(*row) for row in SIZED[:3]] + [_sized("moe-only", 5, None, 1.0)], boot=Boot(B=20))
+    assert {(s.size, s.n_models) for s in t2.size if s.column == FLAG} == {(TOTAL, 3), (ACTIVE, 4)}
+
+    # every output says which size each row uses: the section's Size column, its CSV frame, Markdown, LaTeX, HTML
+    _, size, _ = claims_sections(t)
+    assert list(size.shown[:2]) == ["Size", "Column"]
+    assert size.frame["Size"].tolist() == [TOTAL] * len(TABLE1) + [ACTIVE] * len(TABLE1)
+    frame = size.frame.set_index(["Size", "Column"])
+    assert frame.loc[(ACTIVE, FLAG), "Spearman ρ"] == by[ACTIVE, FLAG].rho and frame.loc[(TOTAL, FLAG), "Models"] == 6
+    md = to_markdown([size], "t")
+    assert f"| total | Flag. | {by[TOTAL, FLAG].rho:+.2f} |" in md and f"| active | Flag. | {by[ACTIVE, FLAG].rho:+.2f} |" in md
+    assert "active_params_b" in size.note and "E2B" in size.note and "§4" in size.note
+    assert "\\begin{tabular}{llrrr}" in to_latex([size]) and "active & Flag." in to_latex([size])
+    assert html_table(size).count(">active<") == len(TABLE1)
+    # Table 1's CSV carries each model's sizes: the active one resolved (a dense model's is its total)
+    t1 = table1_section(t)[0].frame.set_index("run")
+    assert t1.loc["gpt-oss-20b", "active_params_b"] == 3.6 and t1.loc["yi-1.5-34b", "active_params_b"] == 34.4
+    assert t1.loc["yi-1.5-34b", "params_b"] == 34.4 and pd.isna(t1.loc["unsized", "active_params_b"])
 
 
 def test_matched_pairs_from_the_config(tables):
@@ -249,7 +309,7 @@ def _paper_model(key: str, meta: ModelMeta, row: tuple, extra: int) -> ModelTria
     }  # fmt: skip
     labels["ignored"] = ~np.any(list(labels.values()), axis=0)
     return ModelTrials(key, meta.display, meta.thinking_capable, meta.params_b, q, entity, labels, q, np.zeros(n, bool),
-                       np.full(n, float(ds)), np.full(n, float(de)))  # fmt: skip
+                       np.full(n, float(ds)), np.full(n, float(de)), meta.active_params_b)  # fmt: skip
 
 
 def test_the_study_config_reproduces_table_1_as_printed():
@@ -277,4 +337,16 @@ def test_the_study_config_reproduces_table_1_as_printed():
     assert _md_rows(to_markdown([t1], "t")) == expected
     pairs = {(p.thinking.display, p.sibling.display): (round(100 * p.thinking_rate.value), round(100 * p.sibling_rate.value)) for p in t.pairs}
     assert pairs == {("Magistral-Small-24B", "Mistral-Small-24B"): (5, 3), ("DeepSeek-R1-Distill-32B", "Qwen2.5-32B (AWQ)"): (42, 33)}  # §5
-    assert {s.column: s.n_models for s in t.size}[FLAG] == 19
+    n_models = {(s.size, s.column): s.n_models for s in t.size}
+    assert n_models[TOTAL, FLAG] == n_models[ACTIVE, FLAG] == 19
+    # the sizes through meta_of: the mixtures of experts and the E-models give an active size, the dense models none
+    active = {name: m.active_params_b for name, m in meta.models.items() if m.active_params_b is not None}
+    assert active == {"gemma4-26b-a4b": 3.8, "gpt-oss-20b": 3.6, "gemma4-e2b": 2.0, "gemma4-e4b": 4.0}
+    # §4's "roughly 2B to 72B" is the active range (E2B as 2B); by total parameters the smallest is E2B's 5.1B
+    sizes = {kind: [paper.model_size(m, kind) for m in models] for kind in (TOTAL, ACTIVE)}
+    assert (min(sizes[ACTIVE]), max(sizes[ACTIVE])) == (2.0, 72.7) and min(sizes[TOTAL]) == 5.1
+    flags = [r.table1[FLAG].value for r in t.rows]
+    for kind in (TOTAL, ACTIVE):
+        s = next(z for z in t.size if (z.size, z.column) == (kind, FLAG))
+        xs = [paper.model_size(r.model, kind) for r in t.rows]
+        assert s.rho == pytest.approx(spearmanr(xs, flags).statistic, rel=FLOAT64_RTOL, abs=FLOAT64_ATOL)

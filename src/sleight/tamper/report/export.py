@@ -46,7 +46,7 @@ class Section:
         return [[self.cell(row[c], c) for c in self.shown] for _, row in self.frame.iterrows()]
 
 
-TEXT_COLUMNS = ("Model", "Jury", "Juror", "Label", "Measure", "Claim", "Column", "Thinking model", "Sibling")  # left-aligned
+TEXT_COLUMNS = ("Model", "Jury", "Juror", "Label", "Measure", "Claim", "Size", "Column", "Thinking model", "Sibling")  # left-aligned
 
 
 def markdown_table(section: Section) -> str:

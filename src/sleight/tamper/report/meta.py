@@ -1,6 +1,6 @@
 """What the report knows about each model beyond its run: the name the paper prints, whether it can
-think, its size, and the matched thinking pairs (Table 1's marks, the size statistic, §5 "The
-thinking factor").
+think, its sizes (total and active parameters), and the matched thinking pairs (Table 1's marks, the
+size statistic, §5 "The thinking factor").
 
 A small typed input, built from a sweep file (``tamper report --config FILE|study``) or by hand.
 Without it the report names each model by its run and marks none.
@@ -23,6 +23,7 @@ class ModelMeta:
     display: str  # e.g. "Qwen2.5-72B (AWQ)"
     thinking_capable: bool = False  # a native reasoning-trace mode (Table 1's shaded rows)
     params_b: float | None = None  # billions of parameters (the size statistic)
+    active_params_b: float | None = None  # billions read per token (MoE, Gemma's E-models); None: dense
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,6 @@ def meta_from_config(spec: str | Path) -> ReportMeta:
 def meta_of(config: Any) -> ReportMeta:
     """The metadata of a loaded sweep config (a ``SweepConfig``): each subject by its name, its
     model spec as an alias, and the config's pairs (what ``tamper sweep`` hands its report)."""
-    models = {m.name: ModelMeta(m.display or m.name, m.thinking_capable, m.params_b) for m in config.subjects}
+    models = {m.name: ModelMeta(m.display or m.name, m.thinking_capable, m.params_b, m.active_params_b) for m in config.subjects}
     aliases = {m.model: m.name for m in config.subjects if m.model not in models}
     return ReportMeta(models, tuple(config.pairs), aliases)

@@ -16,8 +16,11 @@ questions (the 100 questions are the independent units; the 101 substitutes of a
 reply). Each replicate draws questions with replacement, so a rate is computed from per-question
 sums: ``ratio(k, n)`` over question rows with :func:`sleight.stats.bootstrap_ci` resampling rows is
 exactly the trial-level cluster bootstrap (the same draws for the same seed). The size statistic is
-Spearman's ρ of ``params_b`` against each rate over models, its interval a bootstrap over models
-(the claim is about models). Pure: arrays in, dataclasses out.
+Spearman's ρ of a model's size against each rate over models, its interval a bootstrap over models
+(the claim is about models), reported twice: over total parameters (``params_b``) and over active
+ones (``active_params_b``, read per token; a dense model's is its total). The paper does not say which
+it means; its "roughly 2B to 72B" (§4) counts Gemma 4 E2B by its effective (active) size.
+Pure: arrays in, dataclasses out.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ DELTAS: tuple[str, ...] = (DSURP, DENT)
 TABLE1: tuple[str, ...] = (*RATES, *DELTAS)
 # Table 2's conditions and labels.
 T2_LABELS: tuple[str, ...] = ("flagged", "derailed")
+# The size statistic's two sizes: every parameter, or those read per token (a mixture of experts).
+TOTAL, ACTIVE = "total", "active"
+SIZES: tuple[str, ...] = (TOTAL, ACTIVE)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,17 @@ class ModelTrials:
     untouched: NDArray[np.bool_]
     delta_surprisal: NDArray[np.float64]  # every trial, NaN where the trial has none
     delta_entropy: NDArray[np.float64]
+    active_params_b: float | None = None  # read per token (MoE, Gemma's E-models); None: dense, the total
+
+
+def model_size(m: ModelTrials, size: str) -> float | None:
+    """``m``'s size in billions of parameters: ``TOTAL`` every one, ``ACTIVE`` those read per token
+    (a dense model's active size is its total); ``None`` where the config gives none."""
+    if size == TOTAL:
+        return m.params_b
+    if size == ACTIVE:
+        return m.params_b if m.active_params_b is None else m.active_params_b
+    raise ValueError(f"size {size!r}: one of {SIZES}")
 
 
 @dataclass(frozen=True)
@@ -107,13 +124,15 @@ class ModelRow:
 
 @dataclass(frozen=True)
 class SizeStat:
-    """Spearman's ρ of parameter count against one Table 1 column, over the models that have both."""
+    """Spearman's ρ of parameter count (``size``: total or active) against one Table 1 column, over
+    the models that have both."""
 
     column: str
     rho: float
     low: float
     high: float
     n_models: int
+    size: str = TOTAL
 
 
 @dataclass(frozen=True)
@@ -134,7 +153,7 @@ class PaperTables:
     pooled_neutral: Mapping[str, Estimate]
     pooled_diff: Mapping[str, Estimate]
     pooled_switch_aware: Estimate
-    size: tuple[SizeStat, ...]
+    size: tuple[SizeStat, ...]  # every Table 1 column over total sizes, then over active sizes
     pairs: tuple[PairStat, ...]
     pairs_missing: tuple[tuple[str, str], ...]  # pairs the runs do not cover
     B: int
@@ -259,7 +278,7 @@ def paper_tables(models: Sequence[ModelTrials], pairs: Sequence[tuple[str, str]]
     qa, xa = pooled("switch_aware", "all")
     aware = rate(qa, xa, boot)
 
-    size = tuple(size_stat(rows, col, boot) for col in TABLE1)
+    size = tuple(size_stat(rows, col, boot, kind) for kind in SIZES for col in TABLE1)
 
     by_key = {m.key: m for m in models}
     found, missing = [], []
@@ -273,13 +292,13 @@ def paper_tables(models: Sequence[ModelTrials], pairs: Sequence[tuple[str, str]]
     return PaperTables(tuple(rows), p_ent, p_neu, p_diff, aware, size, tuple(found), tuple(missing), boot.B, boot.level)
 
 
-def size_stat(rows: Sequence[ModelRow], column: str, boot: Boot = Boot()) -> SizeStat:
-    """Spearman's ρ of ``params_b`` against ``column`` over the models that have both (at least
-    three), with a percentile interval from resampling models."""
-    pts = [(r.model.params_b, r.table1[column].value) for r in rows if r.model.params_b is not None and column in r.table1 and not r.table1[column].missing]
+def size_stat(rows: Sequence[ModelRow], column: str, boot: Boot = Boot(), size: str = TOTAL) -> SizeStat:
+    """Spearman's ρ of each model's ``size`` (:func:`model_size`) against ``column`` over the models
+    that have both (at least three), with a percentile interval from resampling models."""
+    pts = [(b, r.table1[column].value) for r in rows if (b := model_size(r.model, size)) is not None and column in r.table1 and not r.table1[column].missing]
     if len(pts) < 3:
-        return SizeStat(column, math.nan, math.nan, math.nan, len(pts))
+        return SizeStat(column, math.nan, math.nan, math.nan, len(pts), size)
     x = np.array([p[0] for p in pts], dtype=np.float64)
     y = np.array([p[1] for p in pts], dtype=np.float64)
     ci = bootstrap_ci(spearman, x, y, B=boot.B, seed=boot.seed, level=boot.level)
-    return SizeStat(column, ci.estimate, ci.low, ci.high, len(pts))
+    return SizeStat(column, ci.estimate, ci.low, ci.high, len(pts), size)

@@ -59,6 +59,7 @@ def model_trials(run: RunData, meta: ReportMeta | None = None) -> ModelTrials:
         display=info.display if info else run.model,
         thinking_capable=bool(info and info.thinking_capable),
         params_b=info.params_b if info else None,
+        active_params_b=info.active_params_b if info else None,
         question=judged["question_id"].astype(str).to_numpy(),
         entity=judged["is_entity"].astype(bool).to_numpy(),
         labels=labels,
@@ -137,7 +138,7 @@ def table1_section(t: PaperTables) -> tuple[Section, Section]:
             e = r.table1.get(col, paper.MISSING)
             row[col] = _value(col, e)
             ci[col] = with_interval(e, COLUMN_FORMAT[col], SCALE[col])
-        row |= {"run": m.key, "thinking_capable": m.thinking_capable, "params_b": m.params_b, "judged": int(len(m.question)) if m.labels is not None else 0}
+        row |= {"run": m.key, "thinking_capable": m.thinking_capable, "params_b": m.params_b, "active_params_b": paper.model_size(m, paper.ACTIVE), "judged": int(len(m.question)) if m.labels is not None else 0}
         for col in TABLE1:
             e = r.table1.get(col, paper.MISSING)
             row[f"{col} low"], row[f"{col} high"] = SCALE[col] * e.low, SCALE[col] * e.high
@@ -245,15 +246,19 @@ def claims_sections(t: PaperTables) -> list[Section]:
         f"Every model's judged trials together (the paper: below 0.1%); {level} interval, questions resampled.",
     )  # fmt: skip
     size_rows = [
-        {"Column": s.column, "Spearman ρ": s.rho, f"{level} interval": DASH if math.isnan(s.low) else f"[{signed2(s.low)}, {signed2(s.high)}]",
+        {"Size": s.size, "Column": s.column, "Spearman ρ": s.rho, f"{level} interval": DASH if math.isnan(s.low) else f"[{signed2(s.low)}, {signed2(s.high)}]",
          "Models": s.n_models, "low": s.low, "high": s.high}
         for s in t.size
     ]  # fmt: skip
     size = Section(
         "size", "Size against each rate (§6: 'no clear correlation' with the number of parameters)", pd.DataFrame(size_rows),
-        ["Column", "Spearman ρ", f"{level} interval", "Models"],
-        f"Spearman's ρ of params_b against each Table 1 column, over the models whose size the config gives (at least three); "
-        f"{level} interval: models resampled ({t.B} replicates).",
+        ["Size", "Column", "Spearman ρ", f"{level} interval", "Models"],
+        f"Spearman's ρ of each model's size against each Table 1 column, over the models whose size the config gives (at least three); "
+        f"{level} interval: models resampled ({t.B} replicates). The paper does not say which size it means, so each row names its own: "
+        "total is params_b (every parameter); active is active_params_b (those read per token: a mixture of experts such as "
+        "Gemma 4 26B-A4B or gpt-oss-20b reads fewer), a dense model's active size being its total. Gemma 4 E2B/E4B count by their "
+        "effective size (2B/4B, their names) under active and their full parameter count under total; the paper's 'roughly 2B to 72B' "
+        "(§4) counts E2B as 2B, i.e. by active size.",
         formats={"Spearman ρ": signed2},
     )  # fmt: skip
     pair_rows = [
