@@ -76,9 +76,9 @@ def test_every_package_says_what_it_is() -> None:
 TIERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "backends": (
         ("base", "heap", "resolve"),
-        ("tokens", "spec", "kv_slab", "ragged", "cache_ops", "decode_state", "transport"),
+        ("tokens", "spec", "kv_slab", "ragged", "cache_ops", "decode_state", "transport", "vllm_wire"),
         ("sampling", "decode_stream"),
-        ("hf",),
+        ("hf", "request_engine"),
         ("vllm", "chat", "served_probe", "served_wire"),
         ("served",),
     ),

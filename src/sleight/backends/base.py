@@ -167,6 +167,11 @@ class Completion:
     finish_reason: str
     records: Scored | None = None
 
+    @property
+    def decoded(self) -> int:
+        """Decoding steps the reply took: its tokens, and the end-of-sequence step when the model ended it."""
+        return len(self.token_ids) + (self.finish_reason == "stop")
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -200,6 +205,22 @@ def until_budgets(prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[i
     if len(budgets) != len(prompts):
         raise ValueError("generate_until needs one max_tokens per prompt (or one for all)")
     return budgets
+
+
+def check_reads(seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]]) -> None:
+    """``read_next``'s arguments: one list of asked ids per sequence, every sequence non-empty."""
+    if len(asked) != len(seqs):
+        raise ValueError("read_next needs one list of asked ids per sequence")
+    if any(len(s) == 0 for s in seqs):
+        raise ValueError("read_next needs non-empty sequences")
+
+
+def check_continuations(context: Sequence[int], continuations: Sequence[Sequence[int]]) -> None:
+    """``continuation_logprobs``'s arguments: a non-empty context and non-empty continuations."""
+    if not context:
+        raise ValueError("continuation_logprobs needs a non-empty context")
+    if any(len(c) == 0 for c in continuations):
+        raise ValueError("continuation_logprobs got an empty continuation")
 
 
 UNWARPED = Sampling()  # the model's own distribution at temperature 1, no cut: every sampler's default
@@ -310,22 +331,6 @@ class ScoredRequests(Protocol):
     def __iter__(self) -> Iterator[tuple[str, Completion]]:
         """``(request id, completion with records)`` as each request finishes; a request submitted
         meanwhile joins the running batch."""
-
-
-def scored_completions(
-    stream: ScoredRequests, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], forced: Sequence[int | None], top_k: int
-) -> list[Completion]:
-    """``generate_scored`` on an engine's scored stream: every row submitted at once, each
-    completion in its row's place (a row with no budget and nothing forced stays empty)."""
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("generate_scored needs non-empty prompts")
-    if not len(prompts) == len(max_tokens) == len(forced):
-        raise ValueError("generate_scored needs one budget and one forced entry per prompt")
-    result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
-    asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
-    for rid, done in stream:
-        result[asked[rid]] = done
-    return result
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sleight.backends.base import Edit, EndStep, Generation, HookFn
+from sleight.backends.base import Edit, EndStep, Generation, HookFn, NextToken
 
 RETRACT_WINDOW = 6  # steps of full distributions kept, so an edit may retract up to 5 tokens
 
@@ -40,6 +40,16 @@ class Records:
         if tie.any():
             ids[tie] = self.lp[torch.from_numpy(tie)].argmax(-1).cpu().numpy()
         return ids.tolist()
+
+
+    def next_tokens(self, asked: Sequence[Sequence[int]]) -> list[NextToken]:
+        """One :class:`NextToken` a row of a ``(rows, vocab)`` reading: the log-probs of the row's
+        ``asked`` ids, its top-k and its entropy."""
+        out = []
+        for b, want in enumerate(asked):
+            got = self.lp[b, torch.tensor(list(want), dtype=torch.long, device=self.lp.device)].double().cpu().numpy() if want else np.zeros(0)
+            out.append(NextToken(got, self.top_ids[b].astype(np.int64), self.top_lp[b].astype(np.float64), float(self.entropy[b])))
+        return out
 
 
 def position_records(logits: torch.Tensor, top_k: int) -> Records:

@@ -23,12 +23,12 @@ from sleight.backends.base import (
     Generation,
     Hook,
     HookFn,
-    ModelInfo,
     NextToken,
     Sample,
     Sampling,
     Scored,
-    sha256_text,
+    check_continuations,
+    check_reads,
     until_budgets,
 )
 from sleight.backends.cache_ops import cache_kwarg, common_prefix_len, repeat_cache, select_cache
@@ -101,19 +101,14 @@ class HFModel(HFTokenizerOps):
             eos.append(self.tokenizer.eos_token_id)
         self._eos = frozenset(eos)
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self._eos)
-        self.info = ModelInfo(
-            spec=resolved.spec,
-            model_id=resolved.model_id,
-            revision=resolved.revision,
-            chat_template_sha256=sha256_text(self.tokenizer.chat_template),
-            tokenizer=f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
+        self.info = self.loaded_info(
+            resolved,
             engine="hf",
             engine_version=f"transformers {transformers.__version__}, torch {torch.__version__}",
             dtype=dtype,
             device=self.device,
             batch_size=batch_size,
             threads=torch.get_num_threads(),
-            chat_template_kwargs=dict(self.chat_template_kwargs),
         )
 
     # -- forward passes ------------------------------------------------------------------------
@@ -166,27 +161,13 @@ class HFModel(HFTokenizerOps):
     def read_next(
         self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20
     ) -> list[NextToken]:
-        if len(asked) != len(seqs):
-            raise ValueError("read_next needs one list of asked ids per sequence")
-        if any(len(s) == 0 for s in seqs):
-            raise ValueError("read_next needs non-empty sequences")
+        check_reads(seqs, asked)
         out: list[NextToken] = []
         for start in range(0, len(seqs), self.batch_size):
             chunk = seqs[start : start + self.batch_size]
             ids, mask, pos = self.padded(chunk, "left")
             logits, _ = self.forward(ids, mask, pos, last_only=True)
-            rec = position_records(logits[:, -1, :], top_k)
-            lp = rec.lp
-            for b, want in enumerate(asked[start : start + self.batch_size]):
-                got = lp[b, torch.tensor(list(want), dtype=torch.long, device=lp.device)] if want else lp[b, :0]
-                out.append(
-                    NextToken(
-                        got.double().cpu().numpy(),
-                        rec.top_ids[b].astype(np.int64),
-                        rec.top_lp[b].astype(np.float64),
-                        float(rec.entropy[b]),
-                    )
-                )
+            out += position_records(logits[:, -1, :], top_k).next_tokens(asked[start : start + self.batch_size])
         return out
 
     def read_forks(
@@ -222,16 +203,7 @@ class HFModel(HFTokenizerOps):
         tpos = prefix_mask.sum(-1, keepdim=True) + torch.arange(tid.shape[1], device=self.device)
         logits, _ = self.forward(tid, torch.cat([prefix_mask, tmask], 1), tpos, cache, keep=tid.shape[1])
         last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
-        rec = position_records(logits[torch.arange(len(tails), device=self.device), last], top_k)
-        return [
-            NextToken(
-                rec.lp[b, torch.tensor(list(want), dtype=torch.long, device=rec.lp.device)].double().cpu().numpy() if want else np.zeros(0),
-                rec.top_ids[b].astype(np.int64),
-                rec.top_lp[b].astype(np.float64),
-                float(rec.entropy[b]),
-            )
-            for b, want in enumerate(asked)
-        ]
+        return position_records(logits[torch.arange(len(tails), device=self.device), last], top_k).next_tokens(asked)
 
     def next_token_logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         """Raw logits at the end of each sequence (for readouts that reproduce a library's own
@@ -246,10 +218,7 @@ class HFModel(HFTokenizerOps):
     def continuation_logprobs(
         self, context: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
-        if not context:
-            raise ValueError("continuation_logprobs needs a non-empty context")
-        if any(len(c) == 0 for c in continuations):
-            raise ValueError("continuation_logprobs got an empty continuation")
+        check_continuations(context, continuations)
         results: list[np.ndarray] = []
         # The context is computed once; its cache is repeated across the continuations.
         ids, mask, pos = self.padded([context])

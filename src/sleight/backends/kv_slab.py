@@ -24,9 +24,11 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 _SPARE = 128  # columns reserved past what is needed when a buffer grows
 
 
-def _with_room(t: torch.Tensor) -> torch.Tensor:
+def _with_room(t: torch.Tensor | None) -> torch.Tensor | None:
     """``t``'s columns copied once into a buffer with spare ones after them: a batch that loses
-    rows, gains rows or is trimmed is copied once, not once more at its next step."""
+    rows, gains rows or is trimmed is copied once, not once more at its next step (None: none)."""
+    if t is None:
+        return None
     buf = t.new_empty((*t.shape[:-2], t.shape[-2] + _SPARE, t.shape[-1]))
     buf[..., : t.shape[-2], :] = t
     return buf
@@ -42,22 +44,25 @@ class SlabLayer(DynamicLayer):
         self.length = 0
 
     # ``keys``/``values`` are what DynamicLayer's own methods and the mask code read: views.
+    def _filled(self, buf: torch.Tensor | None) -> torch.Tensor | None:
+        return None if buf is None else buf[..., : self.length, :]
+
     @property
     def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[..., : self.length, :]
+        return self._filled(self._k)
 
     @keys.setter
     def keys(self, value: torch.Tensor | None) -> None:
-        self._k = None if value is None else _with_room(value)
+        self._k = _with_room(value)
         self.length = 0 if value is None else int(value.shape[-2])
 
     @property
     def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[..., : self.length, :]
+        return self._filled(self._v)
 
     @values.setter
     def values(self, value: torch.Tensor | None) -> None:
-        self._v = None if value is None else _with_room(value)
+        self._v = _with_room(value)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device

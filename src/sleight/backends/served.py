@@ -43,32 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from sleight.backends.base import (
-    UNWARPED,
-    Completion,
-    Edit,
-    Generation,
-    ModelInfo,
-    NextToken,
-    Rendered,
-    Sample,
-    Sampling,
-    Scored,
-    scored_completions,
-    until_budgets,
-)
+from sleight.backends.base import Completion, LanguageModel, ModelInfo, NextToken, Sample, Sampling, check_reads
+from sleight.backends.request_engine import Done, RequestEngine
 from sleight.backends.served_probe import probe_server
 from sleight.backends.served_wire import Lp, completion, error_text, greedy_payload, positions, ranked, token_ids
 from sleight.backends.spec import ModelSpec
-from sleight.backends.tokens import check_template_kwargs
+from sleight.backends.tokens import EngineTokens, check_template_kwargs
 from sleight.backends.transport import Endpoint, _Transport, parse_openai_spec
-from sleight.backends.vllm import MAX_LOGPROBS, prompt_token_logprobs, scored
+from sleight.backends.vllm_wire import MAX_LOGPROBS
 from sleight.errors import UserError
 
 TIMEOUT_S = 600.0  # one request: a long reply of a large model on a busy server
 
 
-class ServedModel:
+class ServedModel(EngineTokens, RequestEngine):
     """A model an OpenAI-compatible server serves, behind :class:`~sleight.backends.base.LanguageModel`.
 
     Built from one :class:`~sleight.backends.spec.ModelSpec` whose model is ``openai:<base_url>#<name>``;
@@ -154,14 +142,6 @@ class ServedModel:
         self.endpoint.close()
 
     # -- tokens -------------------------------------------------------------------------------
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        return self._eos
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab
-
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
         got = self.post("/tokenize", {"model": self.served_id, "prompt": text, "add_special_tokens": False}, root=True)
         return token_ids(got.get("tokens"), "/tokenize", self.spec.model)
@@ -184,19 +164,11 @@ class ServedModel:
             raise IndexError(f"token id {token_id} is outside the vocabulary (0..{len(self._texts) - 1})")
         return self._texts[int(token_id)]
 
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        add_generation_prompt: bool = True,
-        prefill: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> Rendered:
+    def template_render(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+    ) -> tuple[str, list[int] | None]:
         """The server's template rendering of ``messages`` (its ``/tokenize`` with ``messages``), the
-        text read back and checked to encode to the same ids; ``prefill`` appended as text and the
-        whole string encoded, as the in-process engines do."""
-        if prefill is not None and not add_generation_prompt:
-            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
+        text read back and checked to encode to the same ids."""
         kwargs = {**self.chat_template_kwargs, **check_template_kwargs(template_kwargs, "template_kwargs")}
         ids = self.chat_ids(messages, add_generation_prompt=add_generation_prompt, template_kwargs=kwargs)
         text = self.decode(ids)
@@ -205,10 +177,7 @@ class ServedModel:
                 f"served model {self.spec.model}: the server's chat rendering does not round-trip through its tokenizer "
                 "(/detokenize then /tokenize give other ids), so its text cannot be recorded faithfully"
             )
-        if prefill is not None:
-            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
-            ids = self.encode(text)
-        return Rendered(text=text, ids=ids)
+        return text, ids
 
     def chat_ids(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool, template_kwargs: Mapping[str, Any]) -> list[int]:
         """The ids of the server's own rendering of ``messages`` (no text)."""
@@ -221,7 +190,7 @@ class ServedModel:
         return list(token_ids(self.post("/tokenize", body, root=True).get("tokens"), "/tokenize (messages)", self.spec.model))
 
     # -- scoring -------------------------------------------------------------------------------
-    def _check_k(self, top_k: int) -> None:
+    def check_k(self, top_k: int) -> None:
         if top_k > self.max_logprobs:
             raise UserError(f"top-{top_k}: an OpenAI-compatible server returns at most {self.max_logprobs} log-probs per position")
 
@@ -236,14 +205,14 @@ class ServedModel:
             )
         return [None if r is None else {int(t): Lp(float(v["logprob"]), v.get("rank")) for t, v in r.items()} for r in rows]
 
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Any]:
+        return self.many(lambda s: self._prompt_rows(s, k), list(seqs))
+
     def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
         """One-token requests: ``logprobs=k`` for the top-k, ``logprob_token_ids`` for the asked ids
         (vLLM's extension; separate requests, as in process). Entropy NaN: no whole distribution."""
-        if len(asked) != len(seqs):
-            raise ValueError("read_next needs one list of asked ids per sequence")
-        if any(len(s) == 0 for s in seqs):
-            raise ValueError("read_next needs non-empty sequences")
-        self._check_k(top_k)
+        check_reads(seqs, asked)
+        self.check_k(top_k)
 
         def top(seq: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
             if top_k <= 0:
@@ -266,27 +235,6 @@ class ServedModel:
         got = self.many(ask, list(range(len(seqs))))
         return [NextToken(g, t[0], t[1], math.nan) for g, t in zip(got, tops)]
 
-    def continuation_logprobs(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        if not context:
-            raise ValueError("continuation_logprobs needs a non-empty context")
-        if any(len(c) == 0 for c in continuations):
-            raise ValueError("continuation_logprobs got an empty continuation")
-        rows = self.many(lambda c: self._prompt_rows(list(context) + list(c), 0), list(continuations))
-        return [prompt_token_logprobs(r, [int(t) for t in c], len(context)) for r, c in zip(rows, continuations)]
-
-    def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
-        """``prompt_logprobs=top_k`` over context + reply: each reply token's log-prob and its
-        position's top-k with ranks, as vLLM scores in process; entropy NaN."""
-        if not context:
-            raise ValueError("score_tokens needs a non-empty context")
-        self._check_k(top_k)
-        out = [Scored.empty(top_k) for _ in replies]
-        todo = [i for i, r in enumerate(replies) if len(r)]
-        rows = self.many(lambda i: self._prompt_rows(list(context) + list(replies[i]), top_k), todo)
-        for i, r in zip(todo, rows):
-            out[i] = scored(r, [int(t) for t in replies[i]], len(context), top_k)
-        return out
-
     # -- decoding ------------------------------------------------------------------------------
     def request(self, prompt: Sequence[int], max_tokens: int, *, forced: int | None = None, top_k: int = 0,
                 stop_token_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> Completion:  # fmt: skip
@@ -299,69 +247,28 @@ class ServedModel:
             payload.update(logprobs=int(top_k), return_tokens_as_token_ids=True)
         return completion(self.complete(payload), 1 if forced is not None else max_tokens, top_k, self._eos, self.spec.model)
 
-    def generate_until(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: int | Sequence[int],
-        *,
-        stop_token_ids: Sequence[int] = (),
-        stop: Sequence[str] = (),
-        progress: Callable[[int], None] | None = None,
+    def until_requests(
+        self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], stop_token_ids: Sequence[int], stop: Sequence[str], done: Done | None
     ) -> list[Completion]:
-        budgets = until_budgets(prompts, max_tokens)
-
-        def one(i: int) -> Completion:
-            return self.request(prompts[i], budgets[i], stop_token_ids=stop_token_ids, stop=stop)
-
-        def steps(done: Completion) -> None:
-            if progress:
-                progress(len(done.token_ids) + (done.finish_reason == "stop"))
-
-        result = [Completion([], "length") for _ in prompts]
-        todo = [i for i, b in enumerate(budgets) if b > 0]
-        for i, done in zip(todo, self.many(one, todo, steps)):
-            result[i] = done
-        return result
+        """All in flight at once (at most ``batch_size``), ``done`` called as each returns."""
+        return self.many(lambda i: self.request(prompts[i], budgets[i], stop_token_ids=stop_token_ids, stop=stop), list(range(len(prompts))), done)
 
     @property
     def scores_while_generating(self) -> bool:
         """Records are read as the server generates (two-phase decoding needs no scoring pass)."""
         return True
 
-    def generate_scored(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: Sequence[int],
-        *,
-        forced: Sequence[int | None],
-        top_k: int = 20,
-        stop_token_ids: Sequence[int] = (),
-    ) -> list[Completion]:
-        return scored_completions(self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids), prompts, max_tokens, forced, top_k)
-
     def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ServedStream:
-        self._check_k(top_k)
+        self.check_k(top_k)
         return ServedStream(self, top_k, tuple(int(t) for t in stop_token_ids))
 
-    def sample(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        n: int = 1,
-        sampling: Sampling = UNWARPED,
-        stop_token_ids: Sequence[int] = (),
+    def sample_requests(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
-        """``n`` samples of each prompt from the server's sampler, seeded per prompt as the vllm
-        engine seeds them (:func:`sleight.backends.sampling.prompt_seed`), raw log-probs."""
-        from sleight.backends.sampling import check_sampling, prompt_seed
+        """The server's sampler, seeded per prompt as the vllm engine seeds it."""
+        from sleight.backends.sampling import prompt_seed
 
         s = sampling
-        check_sampling(s, n, max_new_tokens)
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("sample needs non-empty prompts")
-        if max_new_tokens == 0:
-            return [[Sample([], np.zeros(0), "length") for _ in range(n)] for _ in prompts]
 
         def one(p: Sequence[int]) -> list[Sample]:
             body = self.post("/completions", {
@@ -382,34 +289,12 @@ class ServedModel:
 
         return self.many(one, list(prompts))
 
-    def greedy(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        hook: Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
-        forced: Sequence[Sequence[int]] | None = None,
-        top_k: int = 20,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Generation]:
-        """Unhooked: :meth:`generate_until` then :meth:`score_tokens`, as vLLM in process. A hook
-        (per-step surgery, lockstep decoding) is refused: a server takes whole requests."""
-        if hook is not None:
-            raise UserError(
-                "per-step decoding hooks (lockstep decoding) need per-step surgery, which an OpenAI-compatible server "
-                "does not offer; use --decoding two-phase"
-            )
-        heads = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
-        outs = self.generate_until([list(p) + f for p, f in zip(prompts, heads)], [max_new_tokens - len(f) for f in heads], progress=progress)
-        gens = []
-        for p, f, o in zip(prompts, heads, outs):
-            sc = self.score_tokens(p, [f + list(o.token_ids)], top_k=top_k)[0]
-            gens.append(Generation(
-                token_ids=sc.token_ids, logprobs=sc.logprobs, top_ids=sc.top_ids, top_logprobs=sc.top_logprobs, entropy=sc.entropy,
-                forced=np.asarray([True] * len(f) + [False] * len(o.token_ids), dtype=bool),
-                finish_reason="stop" if o.finish_reason == "stop" else "length",
-            ))  # fmt: skip
-        return gens
+    def stepwise(self) -> LanguageModel:
+        """Refused: per-step surgery (lockstep decoding) is not what a server takes."""
+        raise UserError(
+            "per-step decoding hooks (lockstep decoding) need per-step surgery, which an OpenAI-compatible server "
+            "does not offer; use --decoding two-phase"
+        )
 
 
 class ServedStream:

@@ -18,7 +18,7 @@ ID_PREFIX = "token_id:"  # vLLM's spelling of a token under return_tokens_as_tok
 
 
 class Lp(NamedTuple):
-    """One entry of vLLM's ``prompt_logprobs`` as JSON gives it (what :func:`sleight.backends.vllm.scored` reads)."""
+    """One entry of vLLM's ``prompt_logprobs`` as JSON gives it (what :func:`sleight.backends.vllm_wire.scored` reads)."""
 
     logprob: float
     rank: int | None
@@ -38,7 +38,7 @@ def positions(choice: dict[str, Any], n: int, who: str) -> list[tuple[float, dic
 
 
 def completion(choice: dict[str, Any], budget: int, top_k: int, eos: frozenset[int], who: str) -> Completion:
-    """A completion choice as a :class:`Completion`, as :func:`sleight.backends.vllm.completion`
+    """A completion choice as a :class:`Completion`, as :func:`sleight.backends.vllm_wire.completion`
     reads vLLM's own output: an end-of-sequence id dropped (its records kept), a stop token kept."""
     toks = list(token_ids(choice.get("token_ids"), "/completions (return_token_ids)", who))
     records = None

@@ -1,8 +1,9 @@
-"""The tokenizer side every engine shares: a Hugging Face tokenizer and its chat template.
+"""The token side every engine shares: its end ids, its chat template and the rendering rule.
 
-Engines set ``self.tokenizer``, ``self._eos``, ``self._vocab``, ``self.info`` and
-``self.chat_template_kwargs``; this mixin gives them the token half of
-:class:`sleight.backends.base.LanguageModel`.
+Engines set ``self._eos``, ``self._vocab``, ``self.info`` and ``self.chat_template_kwargs`` (the
+in-process ones ``self.tokenizer`` too); :class:`EngineTokens` gives them the token half of
+:class:`sleight.backends.base.LanguageModel`, the rendering rule below in one place, and
+:class:`HFTokenizerOps` the rest over a Hugging Face tokenizer.
 
 **The rendering rule** (the readout paper's, *Scoring the Wrong Question*): a context is the chat
 template's rendering of the messages *with the generation prompt*, then the answer stem appended as
@@ -20,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from sleight.backends.base import ModelInfo, Rendered
+from sleight.backends.base import ModelInfo, Rendered, sha256_text
+from sleight.backends.resolve import ResolvedModel
 from sleight.errors import UserError
 
 
@@ -44,8 +46,10 @@ def check_template_kwargs(kwargs: Mapping[str, Any] | None, what: str = "chat_te
     return out
 
 
-class HFTokenizerOps:
-    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerBase)
+class EngineTokens:
+    """The token half every engine shares: the ids it read at load, and :meth:`render_chat` by the
+    rendering rule over the engine's own template rendering (:meth:`template_render`)."""
+
     info: ModelInfo
     _eos: frozenset[int]
     _vocab: int
@@ -60,9 +64,57 @@ class HFTokenizerOps:
     def vocab_size(self) -> int:
         return self._vocab
 
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def template_render(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+    ) -> tuple[str, list[int] | None]:
+        """The template's rendering of ``messages``: its text, and its ids where the rendering gave
+        them (None: the text's encoding)."""
+        raise NotImplementedError
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> Rendered:
+        """The template's rendering of ``messages`` (with the generation prompt unless
+        ``add_generation_prompt=False``), then ``prefill`` appended as plain text; the ids encode
+        the whole string. ``template_kwargs`` merge over the model's ``chat_template_kwargs``."""
+        if prefill is not None and not add_generation_prompt:
+            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
+        text, ids = self.template_render(messages, add_generation_prompt, template_kwargs)
+        if prefill is not None:
+            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
+            ids = None
+        return Rendered(text=text, ids=self.encode(text) if ids is None else ids)
+
+
+class HFTokenizerOps(EngineTokens):
+    """An in-process engine's token half: a Hugging Face tokenizer and its chat template."""
+
+    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerBase)
+
     @property
     def chat_template(self) -> str | None:
         return self.tokenizer.chat_template
+
+    def loaded_info(self, resolved: ResolvedModel, **engine: Any) -> ModelInfo:
+        """The record of a model loaded in process: what was asked for and what it resolved to, the
+        tokenizer's template hash and name, the template variables, then the engine's own fields."""
+        return ModelInfo(
+            spec=resolved.spec,
+            model_id=resolved.model_id,
+            revision=resolved.revision,
+            chat_template_sha256=sha256_text(self.tokenizer.chat_template),
+            tokenizer=f"{type(self.tokenizer).__name__}:{getattr(self.tokenizer, 'name_or_path', '')}",
+            chat_template_kwargs=dict(self.chat_template_kwargs),
+            **engine,
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -76,25 +128,14 @@ class HFTokenizerOps:
     def is_special(self, token_id: int) -> bool:
         return int(token_id) in set(self.tokenizer.all_special_ids)
 
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        add_generation_prompt: bool = True,
-        prefill: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> Rendered:
-        """The template's rendering of ``messages`` (with the generation prompt unless
-        ``add_generation_prompt=False``), then ``prefill`` appended as plain text; the ids encode
-        the whole string. ``template_kwargs`` merge over the model's ``chat_template_kwargs``."""
+    def template_render(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+    ) -> tuple[str, list[int] | None]:
+        """The tokenizer's ``apply_chat_template`` as text (its ids: the text's encoding)."""
         if not self.tokenizer.chat_template:
             raise UserError(f"model '{self.info.spec}' has no chat template")
-        if prefill is not None and not add_generation_prompt:
-            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
         kwargs = {**self.chat_template_kwargs, **(template_kwargs or {})}
         text = self.tokenizer.apply_chat_template(
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
-        if prefill is not None:
-            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
-        return Rendered(text=text, ids=self.encode(text))
+        return text, None

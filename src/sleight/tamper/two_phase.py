@@ -221,7 +221,7 @@ class _Decider:
 
     def _returned(self, i: int, r: _Row, p: list[int], out: Completion) -> int:
         """Book a returned request of row ``i`` (sent as ``p``) and read its tokens; the steps it took."""
-        n = len(out.token_ids) + (out.finish_reason == "stop")  # the end-of-sequence step counts
+        n = out.decoded  # the end-of-sequence step counts
         r.cost.requests += 1
         r.cost.prefilled += len(p) - min(_common(r.seen, p), len(r.seen))
         r.cost.decoded += n
@@ -303,7 +303,7 @@ def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, pr
     else:
         out = model.generate_until([rendered.ids], config.max_new_tokens)[0]
     if progress:
-        progress(len(out.token_ids) + (out.finish_reason == "stop"))
+        progress(out.decoded)
     eos = _keeps_end(model, config, out.finish_reason)
     tail = [end_placeholder(model)] if eos is not None else []
     if scoring:
@@ -313,7 +313,7 @@ def clean_run(model: LanguageModel, rendered: Rendered, config: TamperConfig, pr
     else:
         scored = model.score_tokens(rendered.ids, [list(out.token_ids) + tail], top_k=config.top_k)[0]
     reply, dis = _reply(scored, [False] * len(out.token_ids), out.finish_reason, eos)
-    cost = Cost(requests=1, decoded=len(out.token_ids) + (out.finish_reason == "stop"), prefilled=len(rendered.ids))
+    cost = Cost(requests=1, decoded=out.decoded, prefilled=len(rendered.ids))
     return Clean(rendered, reply, find_triggers(model, reply, config), disagreements=dis, cost=cost)
 
 
