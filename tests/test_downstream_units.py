@@ -1,4 +1,4 @@
-"""The downstream commands' pure parts: correctness rules, note truncation, item loading, the
+"""The downstream commands' pure parts: correctness rules, the notes' summary, item loading, the
 scoring summaries (against sleight.stats directly) and the report rendering. No model here."""
 
 from __future__ import annotations
@@ -138,12 +138,20 @@ def test_qa_loader_errors(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_truncate_words_keeps_the_first_n_words():
-    text = " ".join(f"w{i}" for i in range(40))
-    cut, n = fp.truncate_words(text, 32)
-    assert n == 40 and cut.split() == [f"w{i}" for i in range(32)]
-    assert fp.truncate_words("  a  b\nc  ", 32) == ("a  b\nc", 3)  # short notes are kept, stripped
-    assert fp.truncate_words("", 32) == ("", 0)
+def test_note_summary_counts_app_hs_writer():
+    """App. H: the writer keeps a note of 1-32 words after up to four retries; the summary counts the
+    kept notes, those that took a retry, the mean attempts and the kept notes' mean length; readings
+    from the old cutting writer (no ``note_ok``) have no counts."""
+    rows = [
+        {"note": "one two three", "note_ok": True, "note_attempts": 1},
+        {"note": "a b c d e", "note_ok": True, "note_attempts": 3},
+        {"note": "", "note_ok": False, "note_attempts": 5},
+    ]
+    assert fp.note_summary(rows) == {
+        "max_words": 32, "retries": 4, "kept": 2, "not_kept": 1, "retried": 1, "mean_attempts": 3.0, "mean_words": 4.0,
+    }
+    old = fp.note_summary([{"note": "x y"}])
+    assert old["kept"] is None and old["retried"] is None and math.isnan(old["mean_attempts"]) and math.isnan(old["mean_words"])
 
 
 def test_reader_prompt_has_the_note_and_item_but_not_the_passage():
@@ -198,8 +206,9 @@ def _forecast_rows(n: int, seed: int = 0, per_passage: int = 1) -> list[dict]:
                     "reader_agree": bool(i % 3),
                     "reader_mass": 0.8,
                     "reader_mass_spaced": 1e-4,
-                    "note_truncated": i % 2 == 0,
-                    "note_raw_words": 30 + i % 5,
+                    "note": " ".join(["w"] * (30 + i % 3)) if i % 2 else "",
+                    "note_ok": bool(i % 2),
+                    "note_attempts": 1 + i % 2 + (4 if i % 2 == 0 else 0),
                     "score": float(np.clip(0.3 * correct + rng.uniform(0, 0.7), 0, 1)) if pos == "stem" else float(rng.uniform(0.1, 0.9)),
                     "option_mass": mass * (1 + 0.1 * rng.uniform()),
                     "first_tokens_distinct": True,
@@ -236,6 +245,8 @@ def test_forecast_summary_is_stats_on_the_rows():
     assert s.reader["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
     assert s.reader["n_agree"] == sum(bool(i % 3) for i in range(30)) and s.reader["n_compared"] == 30
     assert s.positions["original"]["mass"]["below_floor"] == 30 and s.positions["stem"]["mass"]["below_floor"] == 0
+    assert (s.notes["kept"], s.notes["not_kept"], s.notes["retried"], s.notes["mean_attempts"]) == (15, 15, 15, 3.5)
+    assert s.notes["mean_words"] == pytest.approx(np.mean([30 + i % 3 for i in range(1, 30, 2)]))
     json.dumps(s.as_json(), allow_nan=False)  # JSON-ready (no NaN)
 
 

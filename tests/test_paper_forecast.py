@@ -92,7 +92,7 @@ def test_spaced_reader_is_the_target_in_the_summary():
             rows.append({
                 "item_id": f"i{k}", "cluster": k, "position": pos, "gold": gold, "reader_choice": uns, "reader_choice_spaced": sp,
                 "reader_agree": uns == sp, "correct": sp == gold, "correct_spaced": sp == gold, "reader_target": "spaced",
-                "reader_mass": 0.5, "reader_mass_spaced": 0.5, "note_truncated": False, "note_raw_words": 10, "score": score,
+                "reader_mass": 0.5, "reader_mass_spaced": 0.5, "note": "a note", "note_ok": True, "note_attempts": 1, "score": score,
                 "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x", "argmax_token": "x", "continuation_class": "x",
             })
     s = summarise(rows, B=20).reader
@@ -112,14 +112,14 @@ def test_spaced_reader_is_the_target_on_the_model(model):
     import numpy as np
 
     from sleight.position import encode_continuation
-    from sleight.readout.forecast.pipeline import Note, read_notes, reader_prompt
+    from sleight.readout.forecast.pipeline import read_notes, reader_prompt
 
     items = _race(2)
-    notes = [Note(f"The passage says the answer is {it.answer}.", "", 8, 8, "stop", "") for it in items]
+    notes = [f"The passage says the answer is {it.answer}." for it in items]
     spaced = read_notes(model, items, notes)
     unspaced = read_notes(model, items, notes, reader="unspaced")
     for it, n, sp, un in zip(items, notes, spaced, unspaced):
-        ctx = model.render_chat([{"role": "user", "content": reader_prompt(n.text, it)}])
+        ctx = model.render_chat([{"role": "user", "content": reader_prompt(n, it)}])
         lps = [float(np.sum(a)) for a in model.continuation_logprobs(ctx.ids, [encode_continuation(model, ctx.text, f" {x}") for x in "ABCD"])]
         assert sp["reader_choice_spaced"] == "ABCD"[int(np.argmax(lps))]
         assert sp["correct"] == (sp["reader_choice_spaced"] == it.answer) == sp["correct_spaced"] and sp["reader_target"] == "spaced"
@@ -154,3 +154,75 @@ def test_short_stems_are_readouts(model):
         p = np.exp(lps - lps.max())
         want = float(sum(int(o) / 100 * q for o, q in zip(FORECAST_OPTIONS, p / p.sum())))
         assert rec[key] == pytest.approx(want, abs=MASS_ATOL), key
+
+
+class _Recording:
+    """The real model, with each ``generate_until`` call's prompts, budget and outputs kept."""
+
+    def __init__(self, model):
+        self._m, self.calls = model, []
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+    def generate_until(self, prompts, max_tokens, **kw):
+        outs = self._m.generate_until(prompts, max_tokens, **kw)
+        self.calls.append(([list(p) for p in prompts], max_tokens, outs))
+        return outs
+
+
+def _writer_calls(rec):
+    return [c for c in rec.calls if "Source text: " in rec.decode(c[0][0])]
+
+
+@pytest.mark.slow
+def test_downstream_notes_are_written_by_app_hs_writer(model):
+    """Paper: App. H, "Writer and reader" (and §6, "The forecast that is evaluated downstream"):
+    Table 4's notes -- the run Tables 12 and 13, App. C.7's unspaced reader and App. H's readouts
+    read -- come from App. H's writer: its printed prompt (the passage without its question), greedy
+    within 256 new tokens, a note kept only when it ends at end-of-sequence with 1 to 32 words, an
+    unfinished or over-budget attempt retried up to four times at floor(32 / (r + 1)) words (issue 34
+    item 1). The forecast pipeline has no writer of its own; on the bundled model its notes are the
+    writer's greedy outputs, and a cap no attempt can finish in leaves five attempts and no note."""
+    from sleight.readout.audit import notes
+    from sleight.readout.downstream_run import ForecastConfig
+    from sleight.readout.forecast import pipeline as fp
+    from sleight.readout.reproduce import load_table
+
+    assert fp.write_notes is notes.write_notes and not hasattr(fp, "NOTE_PROMPT") and not hasattr(fp, "truncate_words")
+    assert inspect.signature(fp.run_forecast).parameters["note_max_new_tokens"].default == notes.NOTE_MAX_NEW_TOKENS == 256
+    assert inspect.signature(fp.run_forecast).parameters["max_words"].default == notes.NOTE_WORDS == 32
+    assert (ForecastConfig().note_tokens, ForecastConfig().note_words) == (256, 32)
+    assert ForecastConfig()._fixed() == {"note_writer": "App. H", "note_retries": 4}
+    for name in ("table4", "table12", "table13", "appendix-c7", "appendix-h"):
+        (run,) = load_table(name).runs.values()
+        assert run.command in ("forecast", "forecast-readouts")  # both write their notes through run_forecast
+        assert (run.settings["note_words"], run.settings["note_tokens"]) == (32, 256), name
+
+    items = _race(1)
+    rec = _Recording(model)
+    (orig, stem) = fp.run_forecast(rec, items, continuation_tokens=2)
+    calls = _writer_calls(rec)
+    assert 1 <= len(calls) == orig["note_attempts"] <= 5
+    for r, (prompts, cap, _outs) in enumerate(calls):
+        want = model.render_chat([{"role": "user", "content": notes.writer_prompt(items[0].passage, r)}]).ids
+        assert prompts == [list(want)] and cap == 256
+    last = calls[-1][2][0]
+    assert orig["note_raw"] == model.decode(last.token_ids).strip() and orig["note_tokens"] == len(last.token_ids)
+    assert orig["note_finish"] == last.finish_reason
+    if orig["note_ok"]:
+        assert orig["note"] == orig["note_raw"] and orig["note_finish"] == "stop" and 1 <= len(orig["note"].split()) <= 32
+        assert notes.note_ok(orig["note"], orig["note_finish"])
+        assert all(not notes.note_ok(model.decode(c[2][0].token_ids).strip(), c[2][0].finish_reason) for c in calls[:-1])
+    else:
+        assert orig["note"] == "" and orig["note_attempts"] == 5
+    for row in (orig, stem):
+        assert (row["note"], row["note_ok"], row["note_attempts"]) == (orig["note"], orig["note_ok"], orig["note_attempts"])
+
+    rec = _Recording(model)
+    (short, _) = fp.run_forecast(rec, items, note_max_new_tokens=3, continuation_tokens=2)
+    calls = _writer_calls(rec)
+    assert [c[1] for c in calls] == [3] * 5
+    assert [int(rec.decode(c[0][0]).split("Budget: at most ")[1].split()[0]) for c in calls] == [32, 16, 10, 8, 6]
+    assert all("one compact phrase" in rec.decode(c[0][0]) for c in calls[1:])
+    assert (short["note"], short["note_ok"], short["note_attempts"], short["note_finish"], short["note_tokens"]) == ("", False, 5, "length", 3)

@@ -112,14 +112,20 @@ def test_table8s_fleiss_kappa_is_the_whole_first_labelling():
     assert [t.paper[f"First labelling pairwise {k}"]["agreement"] for k in (1, 2, 3)] == [99, 99, 100]
 
 
-def test_table4_does_not_credit_its_writer_with_app_hs_retries():
-    """App. H: the writer retries an over-budget or unfinished note up to four times; the forecast
-    command's writer makes one greedy attempt and cuts to 32 words. Table 4 says so as a departure
-    and marks no inference about retries."""
+def test_table4s_notes_are_app_hs_writers():
+    """App. H, "Writer and reader": the writer retries an over-budget or unfinished note up to four
+    times; the forecast command writes its notes with that writer (issue 34 item 1), so Table 4's
+    config credits App. H, marks no departure and no inference about retries, and its run comment
+    and those of the configs reading the same run (Tables 12, 13, App. C.7, App. H) name the writer."""
     t = load_table("table4")
-    assert "retr" not in t.inferred
+    assert "retr" not in t.inferred and not any(n.startswith("Departure") and "writer" in n for n in t.notes)
     (note,) = [n for n in t.notes if "writer" in n]
-    assert note.startswith("Departure") and "one greedy attempt" in note and "no retry" in note
+    assert note.startswith("App. H") and "sleight.readout.audit.notes.write_notes" in note and "four retries" in note
+    assert "not its note writer" not in table_path("table4").read_text(encoding="utf-8")
+    for name in ("table4", "table12", "table13", "appendix-c7", "appendix-h"):
+        text = table_path(name).read_text(encoding="utf-8")
+        assert "App. H's writer, sleight.readout.audit.notes.write_notes" in text and "end-of-sequence" in text, name
+    assert "App. H's writer (`sleight.readout.audit.notes.write_notes`" in DOCS.read_text(encoding="utf-8")
 
 
 def test_appendix_e_estimators_departures_are_notes_and_b_is_printed():

@@ -174,7 +174,7 @@ def test_table7_reads_constructed_notes_not_the_checkpoints_own(model):
     and picks are read_notes' on the same notes (the bundled model, the shipped RACE-H fixture)."""
     from sleight.readout.data import race_items
     from sleight.readout.forecast.constructed import constructed_notes, read_constructed
-    from sleight.readout.forecast.pipeline import Note, read_notes
+    from sleight.readout.forecast.pipeline import read_notes
 
     ds, items = race_items(_race_spec(), 4)
     records = ds.view("forecast", 4)
@@ -182,7 +182,7 @@ def test_table7_reads_constructed_notes_not_the_checkpoints_own(model):
     assert [k for k, _ in notes] == ["constructed", "unrelated"] * 2
     assert notes[0][1] == constructed_note(records[0]) and notes[1][1] == notes[2][1].split(" The correct answer is")[0]
     rows = read_constructed(model, items, records)
-    picks = read_notes(model, items, [Note(text, text, 0, 0, "stop", "") for _k, text in notes])
+    picks = read_notes(model, items, [text for _k, text in notes])
     for k, p in enumerate(picks):
         un, sp = rows[2 * k], rows[2 * k + 1]
         assert (un["spacing"], sp["spacing"]) == ("unspaced", "spaced")

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "forecast",
         help="reader-forecast pipeline: does the forecast rank the note-only reader's correctness?",
         description=(
-            "The study's pipeline (SPEC 4.4): the model writes a <=32-word note per passage, answers the item from the note "
+            "The study's pipeline (SPEC 4.4, App. H): the model writes its own note per passage with App. H's writer (greedy, "
+            "ending at end-of-sequence, 1-32 words, up to four retries at a smaller budget), answers the item from the note "
             "alone (highest full-sequence log-prob of A-D, spaced and unspaced; the spaced reader's correctness is the target, "
             "as Table 4 reads it), and forecasts how many of 100 such readers "
             "answer correctly, read at the original and the stemmed position. Reports AUROC and Brier per position, the "
@@ -58,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     _common(p, "race_items.jsonl", "runs/readout-forecast", "race-h:FILE[:n=N][:seed=S]", continuation_tokens=48)  # Appendix H's readout (f)
-    p.add_argument("--note-words", type=int, default=32, help="notes are cut to this many words (default: 32)")
-    p.add_argument("--note-tokens", type=int, default=64, help="greedy budget for writing a note (default: 64)")
+    p.add_argument("--note-words", type=int, default=32, help="App. H's writer keeps notes of 1 to this many words; retry r asks for floor(N/(r+1)) (default: 32)")
+    p.add_argument("--note-tokens", type=int, default=256, help="App. H's writer: new tokens an attempt may write (default: 256)")
     p.add_argument(
         "--reader", default="spaced", choices=["spaced", "unspaced"],
         help="whose correctness is the target: the reader of ' A'..' D' (spaced, Table 4; default) or of 'A'..'D'",

@@ -152,21 +152,24 @@ def _run_table(meta: Mapping[str, Any]) -> Table:
 
 def _forecast_method(summary: ForecastSummary) -> list[Any]:
     """What the forecast run measured: the note, the reader, the forecast, and the prompts."""
+    from sleight.readout.audit.notes import writer_prompt
     from sleight.readout.audit.presets import FORECAST_QUESTION, FORECAST_STEM
-    from sleight.readout.forecast.pipeline import NOTE_PROMPT
 
+    n = summary.notes
     return [
         Heading("What was measured"),
         Para(
-            f"For each item the model wrote a note about the passage (greedy, cut to {summary.notes['max_words']} words; "
-            f"{summary.notes['truncated']} of {summary.n_items} notes were cut, mean length before the cut "
-            f"{fmt(summary.notes['mean_raw_words'], digits=1)} words). Then, reading only the note and the quoted item, it picked "
+            f"For each item the model wrote its own note about the passage with App. H's writer (greedy, kept when it ends at "
+            f"end-of-sequence with 1 to {n.get('max_words')} words, an over-budget or unfinished attempt retried up to "
+            f"{n.get('retries')} times at a smaller budget; {fmt(n.get('kept'))} of {summary.n_items} notes kept, "
+            f"{fmt(n.get('retried'))} after a retry, mean {fmt(n.get('mean_words'), digits=1)} words; an item without a kept note "
+            "is read with an empty note). Then, reading only the note and the quoted item, it picked "
             "the option A-D with the highest full-sequence log-probability: that reader's correctness against the gold letter "
             "is the target. Finally it was asked to forecast how many of 100 such readers answer correctly, read at the "
             "original position (after the generation prompt) and at the stemmed position "
             f"(`{FORECAST_STEM}` prefilled), renormalised over 10, 30, 50, 70, 90: p_S = sum(int(o)/100 * p_o)."
         ),
-        Code("Note prompt:\n" + NOTE_PROMPT + "\n\nForecast question:\n" + FORECAST_QUESTION),
+        Code("Note prompt (first attempt):\n" + writer_prompt("{passage}") + "\n\nForecast question:\n" + FORECAST_QUESTION),
     ]
 
 
@@ -264,6 +267,15 @@ def _forecast_figures(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]
     ]
 
 
+def _note_line(r: Mapping[str, Any]) -> str:
+    """The example's note: kept after how many attempts, or none (then the last refused attempt)."""
+    if r.get("note_ok") is None:  # readings from before App. H's writer (issue 34 item 1)
+        return f"Note: {r['note']}"
+    if r["note_ok"]:
+        return f"Note (attempt {r['note_attempts']}, {len(str(r['note']).split())} words): {r['note']}"
+    return f"No note kept after {r['note_attempts']} attempts (the last ended '{r['note_finish']}': {r['note_raw']!r}); read with an empty note."
+
+
 def _worked_example(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The first item at each position: its note, the reader's pick and what the forecast read (none without rows)."""
     ex = [r for r in rows if r["item_id"] == rows[0]["item_id"]] if rows else []
@@ -272,7 +284,7 @@ def _worked_example(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]])
     r0 = ex[0]
     return [
         Heading(f"Worked example: item {r0['item_id']}"),
-        Para(f"Note ({r0['note_raw_words']} words written, {min(r0['note_raw_words'], summary.notes['max_words'])} kept): {r0['note']}"),
+        Para(_note_line(r0)),
         Para(f"Reader picked **{r0['reader_choice']}** (spaced: {r0['reader_choice_spaced']}); gold **{r0['gold']}** -> target {int(bool(r0['correct'])) if r0['correct'] is not None else MISSING}."),
         Table(
             ["position", "rendered ending", "top next tokens", "option mass", "p(10..90)", "forecast p_S", "continuation"],

@@ -54,9 +54,9 @@ FORECAST_SCHEMA = pa.schema(
         ("position", pa.string()),
         ("gold", pa.string()),
         ("note", pa.string()),
+        ("note_ok", pa.bool_()),
+        ("note_attempts", pa.int64()),
         ("note_raw", pa.string()),
-        ("note_raw_words", pa.int64()),
-        ("note_truncated", pa.bool_()),
         ("note_tokens", pa.int64()),
         ("note_finish", pa.string()),
         ("reader_choice", pa.string()),
@@ -300,7 +300,9 @@ class DownstreamConfig:
 
 @dataclass(frozen=True)
 class ForecastConfig(DownstreamConfig):
-    """``sleight readout forecast``: notes cut to ``note_words`` words, written within ``note_tokens``;
+    """``sleight readout forecast``: each note written by App. H's writer
+    (:func:`sleight.readout.audit.notes.write_notes`): 1 to ``note_words`` words ending at
+    end-of-sequence, within ``note_tokens`` new tokens an attempt, up to four retries (fixed, recorded);
     ``reader``: whose correctness is the target (``spaced``, as Table 4 reads it, or ``unspaced``);
     ``continuation_tokens``: 48, Appendix H's readout (f)."""
 
@@ -308,7 +310,7 @@ class ForecastConfig(DownstreamConfig):
 
     continuation_tokens: int = 48
     note_words: int = 32
-    note_tokens: int = 64
+    note_tokens: int = 256  # App. H: a cap of 256 new tokens
     reader: str = "spaced"
 
     def check(self) -> None:
@@ -322,6 +324,12 @@ class ForecastConfig(DownstreamConfig):
 
     def _own(self) -> dict[str, Any]:
         return {"note_words": self.note_words, "note_tokens": self.note_tokens, "reader": self.reader}
+
+    def _fixed(self) -> dict[str, Any]:
+        from sleight.readout.audit.notes import NOTE_RETRIES
+
+        # App. H's writer (issue 34 item 1): a run whose notes were cut to 32 words by the old writer is refused a resume
+        return {"note_writer": "App. H", "note_retries": NOTE_RETRIES}
 
 
 DECODES = ("greedy", "sampled")
@@ -401,6 +409,7 @@ class DownstreamResult:
 
 
 def _forecast_pipeline(config: ForecastConfig, all_items: Sequence[Any], prog: SweepProgress) -> Pipeline:
+    from sleight.readout.audit.notes import NOTE_RETRIES
     from sleight.readout.forecast import pipeline as fp
     from sleight.stats.downstream import cluster_codes
 
@@ -416,7 +425,7 @@ def _forecast_pipeline(config: ForecastConfig, all_items: Sequence[Any], prog: S
     return Pipeline(
         "forecast", FORECAST_SCHEMA, work, rows_per_item=lambda _it: len(fp.POSITIONS),
         order=lambda r, index: (index[r["item_id"]], fp.POSITIONS.index(r["position"])), group=lambda it: it.passage,
-        token_budget=lambda items: len({it.passage for it in items}) * config.note_tokens,
+        token_budget=lambda items: len({it.passage for it in items}) * config.note_tokens * (1 + NOTE_RETRIES),
     )
 
 

@@ -4,6 +4,9 @@ App. H prints the writer's one user turn (the passage without its question, then
 generation is greedy with a cap of 256 new tokens; a note is kept when it ends at an end-of-sequence
 token, has 1 to 32 words and holds no thinking token. An over-budget or unfinished attempt is retried
 up to four times; retry r (from 1) asks for at most floor(32 / (r + 1)) words in one compact phrase.
+It is the one note writer: the downstream forecast (Tables 4, 12, 13, App. C.7's run on Table 4's
+passages, App. H's readouts) and condition N1's per-item notes (App. I, twelve words) both call
+:func:`write_notes`.
 
 ``inferred:`` the paper's text loses the writer prompt's line breaks (its boxes mark typeset breaks
 only), so the two parts are joined by one blank line here; the retry's wording ("in one compact
@@ -14,7 +17,7 @@ attempts all fail keeps no note (``Note.ok`` False) -- the paper does not say wh
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sleight.backends import LanguageModel
@@ -50,12 +53,16 @@ def note_ok(text: str, finish_reason: str, words: int = NOTE_WORDS) -> bool:
 
 @dataclass(frozen=True)
 class Note:
-    """One passage's note: the kept text (``""`` when none), how many attempts it took, and whether
-    one was kept."""
+    """One passage's note: the kept text (``""`` when none), how many attempts it took, whether one
+    was kept, and the last attempt as written (the kept note, or the last refused one): its text, its
+    new tokens and why it ended (``stop``: end of sequence; ``length``: the cap)."""
 
     text: str
     attempts: int
     ok: bool
+    raw: str
+    n_tokens: int
+    finish_reason: str
 
 
 def write_notes(
@@ -65,22 +72,23 @@ def write_notes(
     max_new_tokens: int = NOTE_MAX_NEW_TOKENS,
     retries: int = NOTE_RETRIES,
     words: int = NOTE_WORDS,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Note]:
     """App. H: each passage's note, greedy, batched per attempt over the passages still without one;
-    ``words`` is the budget (App. I's N1 notes: twelve)."""
-    notes: list[Note | None] = [None] * len(passages)
+    ``words`` is the budget (App. I's N1 notes: twelve); ``progress`` counts generated tokens."""
+    notes: list[Note] = [Note("", 0, False, "", 0, "") for _ in passages]
     todo = list(range(len(passages)))
     for retry in range(retries + 1):
         if not todo:
             break
         prompts = [model.render_chat([{"role": "user", "content": writer_prompt(passages[i], retry, words)}]).ids for i in todo]
-        outs = model.generate_until(prompts, max_new_tokens)
+        outs = model.generate_until(prompts, max_new_tokens, progress=progress)
         left = []
         for i, out in zip(todo, outs):
-            text = model.decode(out.token_ids).strip()
-            if note_ok(text, out.finish_reason, words):
-                notes[i] = Note(text, retry + 1, True)
-            else:
+            raw = model.decode(out.token_ids).strip()
+            ok = note_ok(raw, out.finish_reason, words)
+            notes[i] = Note(raw if ok else "", retry + 1, ok, raw, len(out.token_ids), out.finish_reason)
+            if not ok:
                 left.append(i)
         todo = left
-    return [n if n is not None else Note("", retries + 1, False) for n in notes]
+    return notes

@@ -2,9 +2,12 @@
 
 For each RACE-style item:
 
-1. **Note.** The model writes a note about the passage, greedily (``NOTE_MAX_NEW_TOKENS`` new
-   tokens), and the note is cut to its first ``NOTE_WORDS`` = 32 whitespace-separated words. The
-   writer is not shown the question: the note is a summary a reader will have to rely on.
+1. **Note.** The model writes its own note about the passage with App. H's writer
+   (:func:`sleight.readout.audit.notes.write_notes`, the project's one note writer: App. H's prompt,
+   greedy within 256 new tokens, a note kept when it ends at end-of-sequence with 1 to 32 words, an
+   over-budget or unfinished attempt retried up to four times at floor(32 / (r + 1)) words). The
+   writer is not shown the question. ``inferred:`` a passage whose five attempts all fail is read
+   with an empty note (``note_ok`` false, counted in the summary); App. H's rows all have notes.
 2. **Reader.** The same model reads only the note and the quoted item (question, the choices
    printed ``A: ...`` as in Appendix H, "Answer with exactly one of: A, B, C, D.") and picks the
    option with the highest full-sequence log-probability, once with the option strings
@@ -28,7 +31,6 @@ position through the same :func:`sleight.position.read_positions`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,7 @@ from sleight.errors import UserError
 from sleight.position import read_positions, renormalise
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.measure import MASS_FLOOR, measure, position_columns
+from sleight.readout.audit.notes import NOTE_MAX_NEW_TOKENS, NOTE_RETRIES, NOTE_WORDS, Note, write_notes
 from sleight.readout.audit.presets import (
     FORECAST_ITEM_INSTRUCTION,
     FORECAST_OPTIONS,
@@ -62,13 +65,6 @@ from sleight.stats.downstream import (
     paired_difference,
 )
 
-NOTE_WORDS = 32
-NOTE_MAX_NEW_TOKENS = 64  # 32 English words are ~40-45 tokens of this tokenizer; the rest is cut
-NOTE_PROMPT = (
-    "Read the passage below and write a note of at most 32 words about it. A reader who sees only "
-    "your note, not the passage, will later answer a multiple-choice question about the passage.\n\n"
-    "Passage:\n{passage}"
-)
 SPACINGS = {"unspaced": tuple(LETTERS), "spaced": tuple(f" {x}" for x in LETTERS)}
 POSITIONS = ("original", "stem")
 READERS = ("spaced", "unspaced")  # whose correctness is the target; Table 4 reads the spaced letters
@@ -79,15 +75,6 @@ CONTINUATION_TOKENS = 48  # greedy tokens at each scored position: readout (f) d
 # ---------------------------------------------------------------------------------------------
 # pure text pieces
 # ---------------------------------------------------------------------------------------------
-
-
-def truncate_words(text: str, n: int = NOTE_WORDS) -> tuple[str, int]:
-    """The first ``n`` whitespace-separated words of ``text`` (original spacing kept inside the cut)
-    and the number of words ``text`` had."""
-    words = list(re.finditer(r"\S+", text))
-    if len(words) <= n:
-        return text.strip(), len(words)
-    return text[words[0].start() : words[n - 1].end()], len(words)
 
 
 def quoted_item(item: RaceItem) -> str:
@@ -111,35 +98,6 @@ def pick(option_logprobs: Sequence[float | None]) -> int | None:
 # ---------------------------------------------------------------------------------------------
 # the model steps
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Note:
-    text: str  # what the reader and the forecast prompt see (at most NOTE_WORDS words)
-    raw: str  # what the model wrote
-    raw_words: int
-    n_tokens: int
-    finish_reason: str
-    prompt_text: str
-
-
-def write_notes(
-    model: LanguageModel,
-    passages: Sequence[str],
-    *,
-    max_words: int = NOTE_WORDS,
-    max_new_tokens: int = NOTE_MAX_NEW_TOKENS,
-    progress: Callable[[int], None] | None = None,
-) -> list[Note]:
-    """One greedy note per passage (batched), cut to ``max_words`` words."""
-    rendered = [model.render_chat([{"role": "user", "content": NOTE_PROMPT.format(passage=p)}]) for p in passages]
-    gens = model.greedy([r.ids for r in rendered], max_new_tokens, progress=progress)
-    notes = []
-    for g, r in zip(gens, rendered):
-        raw = model.decode(g.token_ids).strip()
-        text, n_words = truncate_words(raw, max_words)
-        notes.append(Note(text, raw, n_words, len(g.token_ids), g.finish_reason, r.text))
-    return notes
 
 
 def forecast_item(item: RaceItem, note: str, target: float | None) -> AuditItem:
@@ -178,15 +136,16 @@ def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequ
     return out
 
 
-def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[Note], *, reader: str = DEFAULT_READER) -> list[dict[str, Any]]:
-    """The note-only reader's choice per item, with spaced and unspaced option strings.
+def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str], *, reader: str = DEFAULT_READER) -> list[dict[str, Any]]:
+    """The note-only reader's choice per item (``notes``: the note text each item is read with),
+    with spaced and unspaced option strings.
 
     Both option sets are read at the same rendered position, so one reading per item serves both
     (:func:`sleight.position.read_positions`). ``correct`` is the target: the ``reader``'s
     correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's.
     """
     check_reader(reader)
-    readings = reader_readings(model, items, [n.text for n in notes])
+    readings = reader_readings(model, items, notes)
     out = []
     for it, (ru, rs) in zip(items, readings):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
@@ -229,8 +188,9 @@ def run_forecast(
 ) -> list[dict[str, Any]]:
     """All model work: one row per (item, position) with the note, the reader and the readings.
 
-    Notes are written once per distinct passage (items that share a passage share a note and a
-    cluster). ``status`` is told which step runs; ``progress`` counts note tokens. ``clusters``:
+    Notes are written once per distinct passage with App. H's writer (``max_words``: its word
+    budget; ``note_max_new_tokens``: its cap per attempt), items that share a passage sharing a note
+    and a cluster. ``status`` is told which step runs; ``progress`` counts note tokens. ``clusters``:
     each item's passage cluster over the whole run, when ``items`` is one committed part of it.
     ``reader``: whose correctness is the target (:data:`READERS`; spaced, as Table 4 reads it).
     ``continuation_tokens``: the greedy continuation at each position (48, Appendix H's readout (f)).
@@ -241,11 +201,11 @@ def run_forecast(
     say = status or (lambda _msg: None)
     passages = list(dict.fromkeys(it.passage for it in items))
     say(f"writing {len(passages)} notes")
-    by_passage = dict(zip(passages, write_notes(model, passages, max_words=max_words, max_new_tokens=note_max_new_tokens, progress=progress)))
-    notes = [by_passage[it.passage] for it in items]
+    by_passage = dict(zip(passages, write_notes(model, passages, words=max_words, max_new_tokens=note_max_new_tokens, progress=progress)))
+    notes: list[Note] = [by_passage[it.passage] for it in items]
     codes = list(cluster_codes([it.passage for it in items])) if clusters is None else list(clusters)
     say("note-only reader")
-    picks = read_notes(model, items, notes, reader=reader)
+    picks = read_notes(model, items, [n.text for n in notes], reader=reader)
     say("forecast at the original and stemmed positions")
     f_items = [forecast_item(it, n.text, None if r["correct"] is None else float(r["correct"])) for it, n, r in zip(items, notes, picks)]
     readings = measure(model, f_items, list(POSITIONS), max_new_tokens=continuation_tokens)
@@ -259,9 +219,9 @@ def run_forecast(
             "position": reading["variant"],
             "gold": it.answer,
             "note": note.text,
+            "note_ok": note.ok,
+            "note_attempts": note.attempts,
             "note_raw": note.raw,
-            "note_raw_words": note.raw_words,
-            "note_truncated": note.raw_words > max_words,
             "note_tokens": note.n_tokens,
             "note_finish": note.finish_reason,
             **picks[i],
@@ -294,12 +254,31 @@ class ForecastSummary(JsonFields):
     B: int = 0
     seed: int = 0
     level: float = 0.95
-    notes: Mapping[str, Any] = field(default_factory=dict)  # max_words, truncated, mean_raw_words
+    notes: Mapping[str, Any] = field(default_factory=dict)  # App. H's writer: max_words, retries, kept, retried, mean_attempts, mean_words
     reader: Mapping[str, Any] = field(default_factory=dict)  # the note-only reader: target, accuracies, choices, mass
     positions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per position: auroc, brier, mass, classes
     brier_reference: Mapping[str, Any] = field(default_factory=dict)  # constant_0.5, base_rate, base_rate_value
     gain: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)  # stem minus original, per metric
 
+
+
+def note_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """App. H's writer over one row per item: its limits, how many notes were kept (``kept``),
+    how many of those took a retry, the mean attempts and the kept notes' mean length in words.
+    Readings from the writer that cut notes to 32 words (before issue 34 item 1) have no ``note_ok``:
+    their counts are None."""
+    ok = [r.get("note_ok") for r in rows]
+    known = rows if rows and all(v is not None for v in ok) else []
+    kept = [r for r in known if r["note_ok"]]
+    return {
+        "max_words": NOTE_WORDS,
+        "retries": NOTE_RETRIES,
+        "kept": len(kept) if known else None,
+        "not_kept": len(known) - len(kept) if known else None,
+        "retried": sum(int(r["note_attempts"]) > 1 for r in kept) if known else None,
+        "mean_attempts": float(np.mean([r["note_attempts"] for r in known])) if known else math.nan,
+        "mean_words": float(np.mean([len(str(r["note"]).split()) for r in kept])) if kept else math.nan,
+    }
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> ForecastSummary:
@@ -331,11 +310,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
         "B": B,
         "seed": seed,
         "level": level,
-        "notes": {
-            "max_words": NOTE_WORDS,
-            "truncated": int(sum(bool(r["note_truncated"]) for r in orig)),
-            "mean_raw_words": float(np.mean([r["note_raw_words"] for r in orig])) if orig else math.nan,
-        },
+        "notes": note_summary(orig),
         "reader": {
             "target": target,
             "accuracy_target": float(np.mean(correct_target)) if correct_target else math.nan,

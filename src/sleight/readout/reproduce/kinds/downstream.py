@@ -38,7 +38,8 @@ def downstream_rows(command: str, ctx: RunContext) -> Rows:
 
 
 def forecast_per_item(s: Mapping[str, Any]) -> tuple[int, int]:
-    # the note (App. H: cap 256 tokens, one attempt), the reader, the forecast at two positions, readout (f)
+    # the note (App. H's writer: cap 256 tokens an attempt; its first attempt counted, the up to four
+    # retries not), the reader, the forecast at two positions, readout (f)
     return 4, setting_int(s, "note_tokens", 256) + setting_int(s, "continuation_tokens", 48)
 
 
