@@ -31,6 +31,7 @@ def model():
 ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_vllm_server.py", "test_served.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in ENGINE_MODULES)  # stable: the order within each part stays
     for item in items:

@@ -55,7 +55,9 @@ def load_model(spec: str | ModelSpec = DEFAULT_MODEL, *, twin: LanguageModel | N
         model = ServedModel(ms)
     elif ms.engine == "vllm":
         from sleight.backends.vllm import VLLMModel
+        from sleight.backends.vllm_registry import check_specs
 
+        check_specs([(ms.model, ms)])  # a name this vLLM does not know: one line, before the engine starts
         model = VLLMModel(resolve(ms.model, ms.revision), ms, twin=twin)
     else:
         if twin is not None:

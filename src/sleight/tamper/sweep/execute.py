@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sleight import OPENMP_ENV
+from sleight.backends.vllm_registry import check_specs
 from sleight.errors import UserError
 from sleight.tamper import job
 from sleight.tamper.job import TamperJob
-from sleight.tamper.sweep.plan import Plan, Task
+from sleight.tamper.sweep.plan import Plan, Task, loaded_models
 
 TaskFn = Callable[[TamperJob], list[str]]  # a task's job -> its summary lines
 
@@ -298,6 +299,7 @@ def execute(plan: Plan, how: Scheduling, echo: Callable[[str], None] = print) ->
         raise UserError(f"--cpus-per-task must be at least 1 (got {how.cpus_per_task})")
     if how.gpus_per_task is not None and how.gpus_per_task < 0:
         raise UserError(f"--gpus-per-task must be 0 or more (got {how.gpus_per_task})")
+    check_specs(loaded_models(plan))  # a name the installed vLLM does not know: refused before anything loads
     prompt_file = jury_prompt_file(plan)
 
     # Every task checked first (inputs, a different config refused, committed parts verified), so a

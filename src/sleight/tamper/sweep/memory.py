@@ -12,7 +12,7 @@ from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec
 from sleight.tamper.job import TrialSettings
 from sleight.tamper.sweep.config import Gpu, Model
 from sleight.tamper.sweep.execute import committed_trials
-from sleight.tamper.sweep.plan import Plan
+from sleight.tamper.sweep.plan import Plan, vllm_lines
 
 FOUR_BIT = ("awq", "awq_marlin", "gptq", "gptq_marlin", "bitsandbytes", "mxfp4", "compressed-tensors")
 QUANTIZED_ON_LOAD = ("bitsandbytes", "fp8")  # the checkpoint holds 16-bit weights; vLLM quantizes them
@@ -213,6 +213,7 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
     elif known:
         lines.append(f"fits: all {len(known)} model(s) with an estimate fit one {gpu.name} ({gpu.memory_gib:g} GiB), one at a time")
     lines += _jury_lines(plan)
+    lines += vllm_lines(plan)
     report = cfg.report_out
     lines.append(f"report: {report}" + ("" if cfg.report_site else " (tables and plots, no site)") if report else "report: none (no report: section)")
     lines.append("dry run: nothing loaded, nothing written")

@@ -3,12 +3,13 @@ into that subject's run directory (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from sleight.backends.spec import ModelSpec
+from sleight.backends.vllm_registry import VllmRegistry, installed_registry, refusal
 from sleight.errors import UserError
 from sleight.rundir import Shard
 from sleight.tamper.job import TRIAL_KEYS, TamperJob
@@ -86,3 +87,33 @@ def build_plan(config: SweepConfig, out: Path | None, overrides: Mapping[str, An
             job = TamperJob(spec, trials, out=out / m.name, shard=str(Shard(k, n)), progress=False)
             tasks.append(Task(m.name, job))
     return Plan(config, out, tasks)
+
+
+def loaded_models(plan: Plan) -> list[tuple[str, ModelSpec]]:
+    """Every model the plan loads in a process of its own, by the name the plan gives it: each
+    subject as its tasks run it, then each local judge (a served judge loads nothing here)."""
+    subjects = {t.name: t.job.model for t in plan.tasks}
+    jury = plan.config.jury
+    judges = [(f"judge {j.name}", j.spec) for j in (jury.judges if jury else ()) if not j.endpoint]
+    return [*subjects.items(), *judges]
+
+
+def vllm_lines(plan: Plan, read_registry: Callable[[], VllmRegistry | None] = installed_registry) -> list[str]:
+    """The dry run's word on vLLM's names: whether the installed vLLM (``read_registry``, called only
+    when the plan has a vLLM model; None where none is installed) knows every quantization, load
+    format and engine argument the plan's vLLM models name; the sweep refuses the ones it does not
+    before any model loads."""
+    models = [(n, s) for n, s in loaded_models(plan) if s.engine == "vllm"]
+    if not models:
+        return []
+    registry = read_registry()
+    if registry is None:
+        return [f"vLLM: not installed here; the names of {len(models)} vLLM model(s) are checked where they load"]
+    bad = [line for n, s in models if (line := refusal(n, s, registry))]
+    if not bad:
+        return [f"vLLM: the installed {registry.label} knows every quantization, load format and engine argument above"]
+    return [
+        f"vLLM: {len(bad)} of {len(models)} vLLM model(s) name what the installed {registry.label} does not know; "
+        "the sweep refuses them before any model loads:",
+        *(f"  {line}" for line in bad),
+    ]
