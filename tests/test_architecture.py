@@ -77,7 +77,7 @@ TIERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "backends": (
         ("base", "heap", "resolve"),
         ("tokens", "spec", "kv_slab", "ragged", "cache_ops", "decode_state", "transport", "vllm_wire"),
-        ("sampling", "decode_stream"),
+        ("sampling", "decode_stream", "vllm_registry"),
         ("hf", "request_engine"),
         ("vllm", "chat", "served_probe", "served_wire"),
         ("served",),

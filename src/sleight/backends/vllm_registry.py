@@ -78,9 +78,14 @@ def _module(path: Path) -> ast.Module:
 
 def _assigned(path: Path, name: str) -> ast.expr:
     for node in _module(path).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
-            return node.value
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return value
     raise LookupError(f"{name} not in {path}")
 
 
