@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sleight.backends import DEFAULT_MODEL, default_dtype
@@ -65,6 +66,18 @@ def add_output_args(
     p.add_argument("--out", default=default, metavar="DIR", help=f"{what} (default: {shown})")
     if overwrite is not None:
         p.add_argument("--overwrite", action="store_true", help=overwrite)
+
+
+def add_command_group(
+    sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+    members: Sequence[Callable[[argparse._SubParsersAction], None]],
+) -> None:
+    """``sleight NAME SUBCOMMAND``: an instrument's command group, each member module's ``register``
+    adding its subcommands (the one chosen lands in ``args.NAME_command``)."""
+    p = sub.add_parser(name, help=help, description=description)
+    group = p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
+    for register in members:
+        register(group)
 
 
 RESUME = "start --out over when it holds a run (by default a killed run resumes, and a different config is refused)"

@@ -14,20 +14,23 @@ from sleight.cli import (
     readout_reproduce,
     readout_scan,
 )
+from sleight.cli.common import add_command_group
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    add_command_group(
+        sub,
         "readout",
         help="Readout audit: does a constrained-option score read what the model will say?",
         description="Readout audit: audit a scored position (audit), compare runs (compare), downstream checks (forecast, ptrue), published scorers (scan), label continuations by a jury (judge) or by people (labels, agreement).",
+        members=(
+            readout_audit.register,
+            readout_judge.register,
+            readout_labels.register,
+            readout_downstream.register,
+            readout_scan.register,
+            readout_estimators.register,
+            readout_forecast_readouts.register,
+            readout_reproduce.register,
+        ),
     )
-    rs = p.add_subparsers(dest="readout_command", metavar="SUBCOMMAND", required=True)
-    readout_audit.register(rs)
-    readout_judge.register(rs)
-    readout_labels.register(rs)
-    readout_downstream.register(rs)
-    readout_scan.register(rs)
-    readout_estimators.register(rs)
-    readout_forecast_readouts.register(rs)
-    readout_reproduce.register(rs)

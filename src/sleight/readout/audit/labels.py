@@ -23,7 +23,6 @@ project's own (:func:`sleight.stats.fleiss_kappa`, :func:`sleight.stats.cohen_ka
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,7 +35,7 @@ import pyarrow as pa
 from sleight import rundir
 from sleight.errors import UserError
 from sleight.jury import store
-from sleight.jury.sample import draw
+from sleight.jury.sample import SampleStore, draw, read_labels_file
 from sleight.jury.verdict import agreement, majority
 from sleight.readout.audit import judge
 from sleight.stats import fleiss_kappa
@@ -48,6 +47,7 @@ AGREEMENT_MD = "human_agreement.md"
 AGREEMENT_CSV = "human_agreement.csv"
 EXPORT_FORMAT = "sleight-readout-labels"
 EXPORT_VERSION = 1
+SAMPLE = SampleStore(SAMPLE_FILE, "continuations", ("item_id", "variant"), "sleight readout labels {folder} --sample N")
 LABEL_KEY: tuple[str, ...] = ("item_id", "variant", "labeller")
 LABEL_SCHEMA = pa.schema(
     [
@@ -131,25 +131,12 @@ def draw_labels_sample(targets_df: pd.DataFrame, verdicts: pd.DataFrame | None, 
 
 
 def write_labels_sample(out_dir: Path, sample: pd.DataFrame, *, seed: int, requested: int) -> Path:
-    obj = {
-        "format": SAMPLE_FORMAT,
-        "version": EXPORT_VERSION,
-        "seed": seed,
-        "requested": requested,
-        "strata": {str(k): int(v) for k, v in sample["stratum"].value_counts().sort_index().items()},
-        "continuations": sample[["item_id", "variant", "stratum"]].to_dict("records"),
-        "drawn_at": rundir.now(),
-    }
-    return rundir.write_json(Path(out_dir) / SAMPLE_FILE, obj)
+    return SAMPLE.write(out_dir, sample, header={"format": SAMPLE_FORMAT, "version": EXPORT_VERSION}, seed=seed, requested=requested)
 
 
 def load_labels_sample(out_dir: Path) -> list[tuple[str, str]]:
     """The drawn continuations of an audit, ``[]`` when none were drawn."""
-    path = Path(out_dir) / SAMPLE_FILE
-    if not path.is_file():
-        return []
-    obj = rundir.read_json(path, f"draw it again with 'sleight readout labels {out_dir} --sample N'")
-    return [(str(c["item_id"]), str(c["variant"])) for c in obj.get("continuations", [])]
+    return SAMPLE.load(out_dir)
 
 
 # -- storage -------------------------------------------------------------------------------------------
@@ -203,14 +190,7 @@ def export_obj(labels: pd.DataFrame, audit: str) -> dict[str, Any]:
 def read_export(path: Path) -> list[dict[str, Any]]:
     """The labels of an exported file (checked against the audit when saved)."""
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read labels file {path} ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"labels file {path} is not valid JSON ({exc})") from None
-    if not isinstance(obj, dict) or obj.get("format") != EXPORT_FORMAT:
-        raise UserError(f'{path} is not a readout labels file (expected "format": "{EXPORT_FORMAT}", as --export writes)')
+    obj = read_labels_file(path, what="readout labels file", fmt=EXPORT_FORMAT, writer="--export writes")
     rows = obj.get("labels")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise UserError(f"labels file {path} has no list of labels")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,26 +34,30 @@ from sleight.rundir import RunDir
 ANSWER_TOKENS = 32
 
 
-def estimator_rows(
-    model: LanguageModel,
-    items: Sequence[QAItem],
-    *,
-    instruct: bool = True,
-    max_new_tokens: int = ANSWER_TOKENS,
-    use_polygraph: bool = True,
-    samples: int = DEFAULT_SAMPLES,
-    sampling: Sampling | None = None,
-    stop: Sequence[str] = POLYGRAPH_STOP,
-) -> tuple[list[dict[str, Any]], str, list[str]]:
+@dataclass(frozen=True)
+class Answering:
+    """How the model answers and how the estimators sample, as :func:`estimator_rows` takes it from
+    both the in-memory comparison (:func:`run_estimators`) and the run directory
+    (:func:`run_estimators_dir`)."""
+
+    instruct: bool = True
+    max_new_tokens: int = ANSWER_TOKENS
+    use_polygraph: bool = True
+    samples: int = DEFAULT_SAMPLES
+    sampling: Sampling | None = None
+    stop: Sequence[str] = POLYGRAPH_STOP
+
+
+def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering) -> tuple[list[dict[str, Any]], str, list[str]]:
     """Per answer: text, correctness, every estimator and every P(True) readout (wide rows); who
     computed the estimators; a note per default estimator not computed, and why. Answers end after
-    the first newline as lm-polygraph's configs end them (``stop``; ``()``: at EOS or the budget)."""
-    prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
+    the first newline as lm-polygraph's configs end them (``how.stop``; ``()``: at EOS or the budget)."""
+    prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if how.instruct else it.prompt for it in items]
     ids = [model.encode(p) for p in prompts]
-    gens = [stopped_generation(model, g, stop) for g in model.greedy(ids, max_new_tokens)]  # lm-polygraph's newline stop
+    gens = [stopped_generation(model, g, how.stop) for g in model.greedy(ids, how.max_new_tokens)]  # lm-polygraph's newline stop
     answers = [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]
     pairs = own_pairs(items, answers)
-    values = ptrue_readouts(model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=instruct)
+    values = ptrue_readouts(model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=how.instruct)
     est, engine, notes = estimate(
         model,
         ids,
@@ -61,11 +66,11 @@ def estimator_rows(
         answer_texts=[p["answer"] for p in pairs],
         keys=[p["item_id"] for p in pairs],
         p_true=values["library_logprob"],
-        instruct=instruct,
-        max_new_tokens=max_new_tokens,
-        samples=samples,
-        sampling=sampling,
-        use_polygraph=use_polygraph,
+        instruct=how.instruct,
+        max_new_tokens=how.max_new_tokens,
+        samples=how.samples,
+        sampling=how.sampling,
+        use_polygraph=how.use_polygraph,
     )
     readouts = {name: values[name] for name in READOUT_LABELS}  # Library as its probability (the same ranking)
     rows = [
@@ -107,7 +112,8 @@ def run_estimators(
     sampling-based estimators; ``notes`` names every default estimator not computed, and why."""
     if not items:
         raise UserError("no items to run")
-    rows, engine, notes = estimator_rows(model, items, instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling)
+    how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling)
+    rows, engine, notes = estimator_rows(model, items, how)
     summary = summarise(rows, B=B, seed=seed)
     return {"engine": engine, "instruct": instruct, "max_new_tokens": max_new_tokens, "samples": samples, "notes": notes, "rows": rows, "summary": summary}
 
@@ -174,13 +180,14 @@ def run_estimators_dir(
     done = parts.verified(list(chunks))
     todo = [k for k in chunks if k not in done]
     loaded: list[LanguageModel] = []
+    how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
 
     def start() -> dict[str, Any]:
         loaded.append(load_model())
         return loaded[0].info.as_dict()
 
     def write(k: str, tmp_dir: Path) -> None:
-        wide, engine, notes = estimator_rows(loaded[0], chunks[k], instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
+        wide, engine, notes = estimator_rows(loaded[0], chunks[k], how)
         rundir.write_json(out / "engine.json", {"engine": engine, "notes": notes})
         parts.write(k, rundir.table_from_rows(long_rows(wide), ESTIMATOR_SCHEMA), tmp_dir=tmp_dir)
 

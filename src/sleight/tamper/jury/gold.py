@@ -9,8 +9,6 @@ server); ``tamper report --gold FILE`` reads it back. Pure functions apart from 
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sleight import rundir
 from sleight.errors import UserError
+from sleight.jury.sample import SampleStore, draw, read_labels_file
 from sleight.jury.sample import allocate as allocate  # re-exported: the gold sample's allocation
-from sleight.jury.sample import draw
 from sleight.jury.verdict import agreement
 from sleight.tamper.jury.prompt import LABELS
 
 SAMPLE_FILE = "gold_sample.json"
+SAMPLE = SampleStore(SAMPLE_FILE, "trials", ("question_id", "substitute"), "sleight tamper gold {folder} --sample N")
 GOLD_FORMAT = "sleight-gold"
 GOLD_VERSION = 1
 
@@ -49,26 +47,13 @@ def draw_sample(verdicts: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
 
 
 def write_sample(run_dir: Path, sample: pd.DataFrame, *, seed: int, n_requested: int, model: str) -> Path:
-    obj = {
-        "format": "sleight-gold-sample",
-        "version": GOLD_VERSION,
-        "model": model,
-        "seed": seed,
-        "requested": n_requested,
-        "strata": {k: int(v) for k, v in sample["stratum"].value_counts().sort_index().items()},
-        "trials": sample[["question_id", "substitute", "stratum"]].to_dict("records"),
-        "drawn_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    return rundir.write_json(Path(run_dir) / SAMPLE_FILE, obj)
+    header = {"format": "sleight-gold-sample", "version": GOLD_VERSION, "model": model}
+    return SAMPLE.write(run_dir, sample, header=header, seed=seed, requested=n_requested)
 
 
 def load_sample(run_dir: Path) -> list[tuple[str, str]]:
     """The sampled trial keys of a run, ``[]`` when no sample was drawn."""
-    path = Path(run_dir) / SAMPLE_FILE
-    if not path.is_file():
-        return []
-    obj = rundir.read_json(path, f"draw it again with 'sleight tamper gold {run_dir} --sample N'")
-    return [(str(t["question_id"]), str(t["substitute"])) for t in obj.get("trials", [])]
+    return SAMPLE.load(run_dir)
 
 
 @dataclass(frozen=True)
@@ -83,14 +68,7 @@ class GoldFile:
 def read_gold(path: Path) -> GoldFile:
     """A gold file, checked: one line naming the problem for anything the viewer would not write."""
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read gold file {path} ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"gold file {path} is not valid JSON ({exc})") from None
-    if not isinstance(obj, dict) or obj.get("format") != GOLD_FORMAT:
-        raise UserError(f"{path} is not a gold file (expected \"format\": \"{GOLD_FORMAT}\", as the viewer's labelling mode exports)")
+    obj = read_labels_file(path, what="gold file", fmt=GOLD_FORMAT, writer="the viewer's labelling mode exports")
     rows = obj.get("labels")
     if not isinstance(rows, list) or not rows:
         raise UserError(f"gold file {path} has no labels")
