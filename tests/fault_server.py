@@ -12,8 +12,11 @@ HTTP status to fail with): the parsing cases a real model cannot be made to prod
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
+import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ class Answer:
     json: Any = None  # the body as JSON
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None  # written to the socket as is, instead of an HTTP response
+    body: bytes | None = None  # the HTTP body as is (not JSON), instead of ``json``
     short_by: int = 0  # announce a Content-Length this many bytes longer than the body, then close
     delay_s: float = 0.0
 
@@ -42,6 +46,32 @@ def reply(content: Any = "", *, finish_reason: str | None = "stop", reasoning: s
     if logprobs is not None:
         choice["logprobs"] = {"content": logprobs}
     return Answer(json={"id": "cmpl-fault", "object": "chat.completion", "choices": [choice]})
+
+
+def write_answer(handler: BaseHTTPRequestHandler, a: Answer) -> None:
+    """Write ``a`` on ``handler``'s connection: raw bytes, or a JSON response whose announced
+    length may exceed its body (``short_by``; the connection is then closed)."""
+    if a.delay_s:
+        threading.Event().wait(a.delay_s)
+    if a.raw is not None:
+        handler.wfile.write(a.raw)
+        handler.wfile.flush()
+        handler.close_connection = True
+        return
+    data = a.body if a.body is not None else json.dumps(a.json if a.json is not None else {"error": {"message": f"status {a.status}"}}).encode()
+    handler.send_response(a.status)
+    handler.send_header("Content-Type", "application/json")
+    for k, v in a.headers.items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(data) + a.short_by))
+    if a.short_by:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.wfile.write(data)
+    handler.wfile.flush()
+    if a.short_by:
+        handler.close_connection = True
+
 
 
 Script = Callable[[dict, int], Answer]
@@ -70,26 +100,7 @@ class FaultServer:
                 pass
 
             def _answer(self, a: Answer) -> None:
-                if a.delay_s:
-                    threading.Event().wait(a.delay_s)
-                if a.raw is not None:
-                    self.wfile.write(a.raw)
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                data = json.dumps(a.json if a.json is not None else {"error": {"message": f"status {a.status}"}}).encode()
-                self.send_response(a.status)
-                self.send_header("Content-Type", "application/json")
-                for k, v in a.headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data) + a.short_by))
-                if a.short_by:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.wfile.flush()
-                if a.short_by:
-                    self.close_connection = True
+                write_answer(self, a)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/v1/models":
@@ -147,3 +158,87 @@ def scripted(contents: dict[str, Content]) -> FaultServer:
         return answer
 
     return FaultServer({model: script(fn) for model, fn in contents.items()})
+
+
+# -- a fault proxy in front of a real server ---------------------------------------------------------
+Edit = Callable[[Any], Any]  # rewrites the upstream's JSON answer
+Rule = Callable[[str, str, int], "Answer | Edit | None"]  # (method, path, n-th request on that path) -> fault
+
+
+class FaultProxy:
+    """A loopback proxy in front of a real OpenAI-compatible server (vLLM's): every request goes
+    upstream unless ``rule(method, path, n)`` returns an :class:`Answer` (a fault: a status with
+    headers, a dropped connection, a cut or malformed body, a delay before it) or an ``Edit`` of the
+    upstream's JSON answer (a server that ignores a field, lists another model). ``log`` holds
+    ``(method, path, n, monotonic time, what happened)`` for every request; ``rule`` may be
+    replaced between runs."""
+
+    def __init__(self, upstream: str, rule: Rule) -> None:
+        parts = urllib.parse.urlsplit(upstream)
+        self.host, self.port_up = parts.hostname or "127.0.0.1", int(parts.port or 80)
+        self.rule = rule
+        self.counts: dict[str, int] = defaultdict(int)
+        self.log: list[tuple[str, str, int, float, str]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length", 0) or 0)
+                body = self.rfile.read(length) if length else None
+                path = self.path.split("?", 1)[0].rstrip("/")
+                with outer.lock:
+                    outer.counts[path] += 1
+                    n = outer.counts[path]
+                fault = outer.rule(method, path, n)
+                what = "forwarded" if fault is None else ("edited" if callable(fault) else f"fault {fault.status}" + (" raw" if fault.raw is not None else "") + (f" short {fault.short_by}" if fault.short_by else "") + (f" delay {fault.delay_s}" if fault.delay_s else ""))
+                with outer.lock:
+                    outer.log.append((method, path, n, time.monotonic(), what))
+                if isinstance(fault, Answer):
+                    write_answer(self, fault)
+                    return
+                status, headers, data = outer.forward(method, self.path, body, {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type", "accept")})
+                if fault is not None and status == 200:
+                    data = json.dumps(fault(json.loads(data))).encode()
+                write_answer(self, Answer(status=status, body=data, headers={k: v for k, v in headers if k.lower() == "retry-after"}))
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def forward(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        conn = http.client.HTTPConnection(self.host, self.port_up, timeout=600)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.getheaders(), resp.read()
+        finally:
+            conn.close()
+
+    def spec(self, model: str) -> str:
+        return f"openai:{self.base_url}#{model}"
+
+    def faults(self) -> list[tuple[str, str, int, float, str]]:
+        """The requests answered with a fault, in arrival order."""
+        return [e for e in self.log if e[4].startswith("fault")]
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -188,6 +188,21 @@ def test_chat_template_arguments_are_part_of_the_model_identity(tmp_path):
         run.open(CONFIG, {**MODEL, "chat_template_kwargs": {"enable_thinking": True}}, units=4)
 
 
+def test_a_served_models_tokenizer_hash_is_part_of_its_identity_a_local_tokenizers_path_is_not(tmp_path):
+    """A served model's name is whatever its server was told to call it: the hash of the tokenizer it
+    shows (issue #36 item 4) tells two models apart, so a resume against another is refused. A local
+    tokenizer's record names a folder, which moves between machines: not part of the identity."""
+    served = {**MODEL, "engine": "openai", "tokenizer": "served:" + "a" * 64}
+    run = RunDir(tmp_path / "r", "tamper", identity_keys=("trigger", "questions"))
+    run.open(CONFIG, served, units=4).finish(True)
+    with pytest.raises(UserError, match=r"different model \(tokenizer: 'served:a+\.\.\. there, 'served:b+\.\.\. here\)"):
+        run.open(CONFIG, {**served, "tokenizer": "served:" + "b" * 64}, units=4)
+    run.open(CONFIG, dict(served), units=4).finish(True)  # the same server's model resumes
+    local = RunDir(tmp_path / "l", "tamper", identity_keys=("trigger", "questions"))
+    local.open(CONFIG, {**MODEL, "tokenizer": "GPT2TokenizerFast:/home/a/m"}, units=4).finish(True)
+    local.open(CONFIG, {**MODEL, "tokenizer": "GPT2TokenizerFast:/srv/b/m"}, units=4).finish(True)
+
+
 def test_a_manifest_of_another_format_is_refused_and_overwrite_starts_over(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "sleight-tamper-run/1", "config": CONFIG, "completed": True}))
     (tmp_path / "trials.parquet").mkdir()

@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fault_server import Answer, FaultProxy
 from llama_server import free_port
 from sleight.backends import load_model
 from sleight.errors import UserError
 from sleight.tamper.store import load_manifest, load_trials
 from tamper_artifacts import sleight
-from tolerances import DELTA_ATOL, ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL
+from tolerances import DELTA_ATOL, ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL, MASS_ATOL
 from vllm_server import start_vllm_server
 
 pytestmark = pytest.mark.slow  # a vLLM engine in process, then vLLM's server (~45 s each to start)
@@ -182,3 +183,139 @@ def test_a_model_the_server_does_not_serve_and_settings_it_owns_are_one_line(ser
     assert proc.returncode == 2 and "takes no dtype" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     proc = sleight(*RUN, "--model", server.spec, "--conventions", "sleight", "--out", str(tmp_path / "z"), check=False)
     assert proc.returncode == 2 and "full-vocabulary entropy" in proc.stderr
+
+
+# -- faults: a scripted proxy in front of the same server -------------------------------------------
+# Two questions in question order, so the first is committed before the second starts.
+FAULT_RUN = ["tamper", "run", "--questions", "2", "--substitutes", "2", "--max-new-tokens", "24", "--schedule", "question", "--no-progress"]
+CMPL = "/v1/completions"
+
+
+def _rows(run: Path) -> list[tuple[str, str, list[int]]]:
+    df = load_trials(run)
+    return [(r.question_id, r.substitute, list(r.token_ids)) for r in df.itertuples()]
+
+
+def _one_line(proc) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def proxy(server):
+    with FaultProxy(server.base_url, lambda method, path, n: None) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def proxied_run(proxy, tmp_path_factory):
+    """The fault suite's reference: the same run through the proxy with no fault; and how many
+    completion requests it took."""
+    proxy.rule = lambda method, path, n: None
+    before = proxy.counts[CMPL]
+    out = tmp_path_factory.mktemp("served-faults") / "clean"
+    sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out))
+    return out, proxy.counts[CMPL] - before
+
+
+def test_transient_faults_are_retried_and_the_run_equals_a_clean_one(proxy, proxied_run, tmp_path):
+    """500s, a 429 with Retry-After, a dropped connection, a body cut short, a 503 while loading and
+    slow answers: each is asked again, and the run equals the clean one with nothing doubled; the
+    session record counts the retries and the longest wait is the server's Retry-After."""
+    clean, _ = proxied_run
+    start, start_tok = proxy.counts[CMPL], proxy.counts["/tokenize"]
+    faults = {3: Answer(status=500), 7: Answer(status=429, headers={"Retry-After": "4"}), 11: Answer(raw=b""),
+              15: Answer(status=200, json={"choices": []}, short_by=40), 19: Answer(status=502)}  # fmt: skip
+
+    def rule(method: str, path: str, n: int):
+        if path == "/tokenize" and n - start_tok == 5:
+            return Answer(status=503)
+        if path == CMPL:
+            k = n - start
+            return faults.get(k) or (1.5 if k in (1, 9) else None)  # slow: answered after 1.5 s
+        return None
+
+    proxy.rule = rule
+    out = tmp_path / "faulty"
+    sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out))
+    assert _rows(out) == _rows(clean)  # token-identical, the same (question, substitute) rows once each
+    assert len(_rows(out)) == 4
+    session = load_manifest(out)["sessions"][0]
+    stats = session["engine_stats"]
+    assert session["completed"] and stats["retries"] >= len(faults) and stats["retry_wait_max_s"] == 4.0, stats
+    hit = [e for e in proxy.faults() if e[1] == CMPL and e[2] - start in faults]
+    assert len(hit) == len(faults)
+
+
+def test_a_fault_that_persists_is_one_line_and_the_resume_redoes_only_the_lost_question(proxy, proxied_run, tmp_path):
+    """The last completion request of the run answers a malformed body: one line, the first
+    question stays committed; the resume (the server well again) redoes the second only."""
+    clean, n_requests = proxied_run
+    start = proxy.counts[CMPL]
+    proxy.rule = lambda method, path, n: Answer(status=200, body=b'{"choices": [{"text": "Par') if path == CMPL and n - start >= n_requests else None
+    out = tmp_path / "dies"
+    line = _one_line(sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out), check=False))
+    assert "answered a malformed body" in line and "/v1/completions" in line
+    first = _rows(out)
+    assert first == _rows(clean)[:2]  # question 1 committed; question 2 not a row of it
+    proxy.rule = lambda method, path, n: None
+    sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out))
+    assert _rows(out) == _rows(clean)
+    sessions = load_manifest(out)["sessions"]
+    assert [s["completed"] for s in sessions] == [False, True] and [s["new_units"] for s in sessions] == [1, 1]
+
+
+def test_a_server_that_changes_its_model_mid_run_or_ignores_logprobs_is_one_line(proxy, proxied_run, tmp_path):
+    """The served name vanishes while the run decodes (a server restarted with another model): one
+    line saying what the server said, and the resume names what it serves now."""
+    _, n_requests = proxied_run
+    start = proxy.counts[CMPL]
+    at = n_requests - 3  # past loading, while decoding
+
+    def swapped(method: str, path: str, n: int):
+        if path == "/v1/models" and proxy.counts[CMPL] - start >= at:
+            return lambda body: {**body, "data": [{**m, "id": "other"} for m in body["data"]]}
+        if path == CMPL and n - start >= at:
+            return Answer(status=404, json={"error": {"message": "The model `smol-vllm` does not exist."}})
+        return None
+
+    proxy.rule = swapped
+    out = tmp_path / "swapped"
+    line = _one_line(sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out), check=False))
+    assert "answered HTTP 404" in line and "does not exist" in line
+    line = _one_line(sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(out), check=False))
+    assert line == f"sleight: error: {proxy.base_url} serves other, not 'smol-vllm'"
+    proxy.rule = lambda method, path, n: (lambda body: {**body, "choices": [{k: v for k, v in c.items() if k != "logprobs"} for c in body["choices"]]}) if path == CMPL else None
+    line = _one_line(sleight(*FAULT_RUN, "--model", proxy.spec("smol-vllm"), "--out", str(tmp_path / "nolp"), check=False))
+    assert "ignored `logprobs`" in line
+    proxy.rule = lambda method, path, n: None
+
+
+def test_readout_audit_over_the_server_equals_the_hf_engine(server, tmp_path):
+    """``sleight readout audit --model openai:...`` (issue #36 item 3) on a server that lists every
+    asked id (vLLM's ``logprob_token_ids``): every option is read, so every reading equals the
+    in-process engine's -- the same contexts, first tokens, argmax and continuation, the masses and
+    log-probs within the suite's tolerances."""
+    import pandas as pd
+
+    args = ["readout", "audit", "--preset", "grade", "--limit", "2", "--variants", "original,space,stem", "--no-progress"]
+    sleight(*args, "--out", str(tmp_path / "hf"))
+    sleight(*args, "--model", server.spec, "--out", str(tmp_path / "served"))
+    hf, sv = (pd.read_parquet(tmp_path / d / "readings.parquet").sort_values(["item_id", "variant"]).reset_index(drop=True) for d in ("hf", "served"))
+    assert len(hf) == len(sv) > 0 and not hf["skipped"].all()
+    same = ["item_id", "variant", "skipped", "context", "n_context_tokens", "boundary_preserved", "first_token_ids", "isolated_first_token_ids",
+            "first_tokens_distinct", "argmax_id", "argmax_class", "continuation", "continuation_class"]  # fmt: skip
+    def plain(v):  # a cell as Python values; a missing number (a skipped row, a broken boundary) as None
+        v = v.tolist() if hasattr(v, "tolist") else v
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    for col in same:
+        assert [plain(v) for v in hf[col]] == [plain(v) for v in sv[col]], col
+    for col in ("option_mass", "option_mass_isolated", "argmax_prob", "score"):
+        np.testing.assert_allclose(sv[col].astype(float), hf[col].astype(float), atol=MASS_ATOL, equal_nan=True, err_msg=col)
+    for col, atol in (("option_first_probs", MASS_ATOL), ("option_logprobs", LOGPROB_ATOL)):
+        for a, b in zip(hf[col], sv[col]):
+            np.testing.assert_allclose(np.asarray(b, float), np.asarray(a, float), atol=atol, err_msg=col)

@@ -141,6 +141,12 @@ class ServedModel(EngineTokens, RequestEngine):
     def close(self) -> None:
         self.endpoint.close()
 
+    def engine_stats(self) -> dict[str, float | None]:
+        """The transport's retries so far (each a backoff slept after a 429/5xx or a failed
+        exchange), for the session record: a run that finished through faults says so."""
+        waits = list(self.endpoint.sleeps)
+        return {"retries": len(waits), "retry_wait_s": round(sum(waits), 3), "retry_wait_max_s": round(max(waits, default=0.0), 3)}
+
     # -- tokens -------------------------------------------------------------------------------
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
         got = self.post("/tokenize", {"model": self.served_id, "prompt": text, "add_special_tokens": False}, root=True)

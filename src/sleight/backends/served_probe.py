@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sleight.backends.served_wire import error_text
 from sleight.backends.transport import _Transport
 from sleight.errors import UserError
 
@@ -107,15 +108,16 @@ def _version(model: Any) -> str:
     return " ".join(parts) if parts else "unknown server"
 
 
-def _one_token(model: Any, token: int, prompt: list[int]) -> tuple[int, dict[str, Any] | None]:
-    """A one-token request forced to ``token``: the status and, on 200, the first choice."""
+def _one_token(model: Any, token: int, prompt: list[int]) -> tuple[int, dict[str, Any] | str]:
+    """A one-token request forced to ``token``: the status and, on 200, the first choice (else
+    the server's error message)."""
     body = {"model": model.served_id, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
     try:
         resp = model.endpoint.call("POST", "/completions", body)
     except _Transport as exc:
         raise UserError(f"served model {model.spec.model}: /completions failed ({exc})") from None
     if resp.status != 200:
-        return resp.status, None
+        return resp.status, error_text(resp.body)
     try:
         return 200, json.loads(resp.body.decode("utf-8"))["choices"][0]
     except (UnicodeDecodeError, ValueError, KeyError, IndexError, TypeError):
@@ -126,12 +128,12 @@ def vocab_size(model: Any) -> int:
     """The number of logits: the least id the server refuses in ``allowed_token_ids``."""
 
     def valid(token: int) -> bool:
-        status, _ = _one_token(model, token, [0])
+        status, said = _one_token(model, token, [0])
         if status == 200:
             return True
         if status in (400, 422):
             return False
-        raise UserError(f"served model {model.spec.model}: a one-token request answered HTTP {status} while sizing the vocabulary")
+        raise UserError(f"served model {model.spec.model}: a one-token request answered HTTP {status} while sizing the vocabulary: {said}")
 
     if not valid(0):
         raise UserError(f"served model {model.spec.model}: the server refuses allowed_token_ids, which forcing a substitute needs")
@@ -173,7 +175,7 @@ def eos_ids(model: Any, vocab: int) -> frozenset[int]:
 
     def stops(token: int) -> bool:
         status, choice = _one_token(model, token, prompt)
-        if status != 200 or choice is None:
+        if status != 200 or not isinstance(choice, dict):
             return False
         return choice.get("finish_reason") == "stop" and choice.get("stop_reason") in (None, token)
 

@@ -18,6 +18,10 @@ from sleight.rundir.files import json_safe
 
 # The parts of a model record that must match for a run to be resumed (device, batch size may differ).
 MODEL_IDENTITY = ("model_id", "revision", "chat_template_sha256", "engine", "dtype")
+# A served model's tokenizer record is a hash of what the server shows (its surface strings, end ids,
+# a probe's ids): an identity, since its served name is whatever the server was told to call it.
+# A local tokenizer's record names its class and folder, which move between machines.
+SERVED_TOKENIZER = "served:"
 
 
 def _show(v: Any) -> str:
@@ -49,6 +53,8 @@ def model_identity(model: Mapping[str, Any] | None) -> dict[str, Any]:
     settings (``--quantization``, ...) only when given, so a run made before they were recorded
     resumes under the same fingerprint."""
     ident = {k: (model or {}).get(k) for k in MODEL_IDENTITY}
+    if str((model or {}).get("tokenizer") or "").startswith(SERVED_TOKENIZER):  # a content hash, unlike a local tokenizer's path
+        ident["tokenizer"] = (model or {})["tokenizer"]
     for extra in ("chat_template_kwargs", "load"):  # the template variables; revision, quantization, ... as loaded
         if (model or {}).get(extra):
             ident[extra] = dict((model or {})[extra])
