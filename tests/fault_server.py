@@ -162,7 +162,19 @@ def scripted(contents: dict[str, Content]) -> FaultServer:
 
 # -- a fault proxy in front of a real server ---------------------------------------------------------
 Edit = Callable[[Any], Any]  # rewrites the upstream's JSON answer
-Rule = Callable[[str, str, int], "Answer | Edit | None"]  # (method, path, n-th request on that path) -> fault
+Rule = Callable[[str, str, int], "Answer | Edit | float | None"]  # (method, path, n-th request on that path) -> fault
+
+
+def _what(fault: Answer | Edit | float | None) -> str:
+    """How the proxy answered, for its log: forwarded, slow (forwarded late), edited, or a fault."""
+    if fault is None:
+        return "forwarded"
+    if isinstance(fault, float):
+        return f"slow {fault} s"
+    if not isinstance(fault, Answer):
+        return "edited"
+    extra = (" raw" if fault.raw is not None else "") + (f" short {fault.short_by}" if fault.short_by else "") + (f" delay {fault.delay_s}" if fault.delay_s else "")
+    return f"fault {fault.status}{extra}"
 
 
 class FaultProxy:
@@ -171,12 +183,14 @@ class FaultProxy:
     headers, a dropped connection, a cut or malformed body, a delay before it) or an ``Edit`` of the
     upstream's JSON answer (a server that ignores a field, lists another model). ``log`` holds
     ``(method, path, n, monotonic time, what happened)`` for every request; ``rule`` may be
-    replaced between runs."""
+    replaced between runs. ``edit_request(path, body)``, when set, rewrites each JSON request body
+    before it goes upstream (a server that does not know a field: the proxy drops it)."""
 
     def __init__(self, upstream: str, rule: Rule) -> None:
         parts = urllib.parse.urlsplit(upstream)
         self.host, self.port_up = parts.hostname or "127.0.0.1", int(parts.port or 80)
         self.rule = rule
+        self.edit_request: Callable[[str, Any], Any] | None = None
         self.counts: dict[str, int] = defaultdict(int)
         self.log: list[tuple[str, str, int, float, str]] = []
         self.lock = threading.Lock()
@@ -196,12 +210,17 @@ class FaultProxy:
                     outer.counts[path] += 1
                     n = outer.counts[path]
                 fault = outer.rule(method, path, n)
-                what = "forwarded" if fault is None else ("edited" if callable(fault) else f"fault {fault.status}" + (" raw" if fault.raw is not None else "") + (f" short {fault.short_by}" if fault.short_by else "") + (f" delay {fault.delay_s}" if fault.delay_s else ""))
+                what = _what(fault)
                 with outer.lock:
                     outer.log.append((method, path, n, time.monotonic(), what))
                 if isinstance(fault, Answer):
                     write_answer(self, fault)
                     return
+                if isinstance(fault, float):
+                    threading.Event().wait(fault)  # slow: the real answer, late
+                    fault = None
+                if body and outer.edit_request is not None:
+                    body = json.dumps(outer.edit_request(path, json.loads(body))).encode()
                 status, headers, data = outer.forward(method, self.path, body, {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type", "accept")})
                 if fault is not None and status == 200:
                     data = json.dumps(fault(json.loads(data))).encode()

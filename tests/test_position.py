@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sleight.position import encode_continuation, read_positions, renormalise, suffix_after
+from sleight.position import encode_continuation, mass_bounds, read_positions, renormalise, suffix_after
+from sleight.readout.audit.summary import at_floor, mass_interval
 from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
 
 CONTEXTS = [
@@ -69,3 +70,26 @@ def test_the_boundary_rule_and_the_renormaliser():
     assert suffix_after([1, 2], [1, 2]) is None and suffix_after([1, 2], [1, 4, 3]) is None
     assert renormalise([None, 0.0]) is None and renormalise([]) is None and renormalise([float("nan"), 0.0]) is None
     assert renormalise([np.log(0.2), np.log(0.6)]) == pytest.approx([0.25, 0.75])
+
+
+def test_mass_bounds_count_each_unlisted_id_once_at_the_listing_bound():
+    """Issue #36 item 3: a server's top-k listing bounds every unlisted id by the k-th probability;
+    the mass interval is what the listed first tokens carry, plus that bound per distinct unlisted
+    one, at most 1; with every id listed it is the point mass twice."""
+    lp = {1: np.log(0.5), 2: np.log(0.2)}
+    assert mass_bounds([1, 2, 2], lp, None) == pytest.approx((0.7, 0.7))
+    low, high = mass_bounds([1, 3, 4, 3], lp, np.log(0.01))
+    assert low == pytest.approx(0.5) and high == pytest.approx(0.52)
+    assert mass_bounds([3, 4], {5: np.log(0.9)}, np.log(0.6))[1] == 1.0  # never above 1
+    with pytest.raises(ValueError, match="needs the bound"):
+        mass_bounds([3], lp, None)
+
+
+def test_a_floor_verdict_holds_for_the_whole_interval_or_is_undecided():
+    assert at_floor(0.6, 0.9, 0.5) is True and at_floor(0.1, 0.4, 0.5) is False
+    assert at_floor(0.4, 0.6, 0.5) is None and at_floor(0.5, 0.5, 0.5) is True
+    assert at_floor(None, 0.4, 0.5) is None and at_floor(float("nan"), float("nan"), 0.5) is None
+    # readings made before the bounds were recorded: the point mass twice; a table's NaN is none
+    assert mass_interval({"option_mass": 0.3}) == (0.3, 0.3)
+    assert mass_interval({"option_mass": float("nan"), "option_mass_low": float("nan"), "option_mass_high": float("nan")}) == (None, None)
+    assert mass_interval({"option_mass": None, "option_mass_low": 0.2, "option_mass_high": 0.3}) == (0.2, 0.3)

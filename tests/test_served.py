@@ -246,6 +246,7 @@ def test_transient_faults_are_retried_and_the_run_equals_a_clean_one(proxy, prox
     assert session["completed"] and stats["retries"] >= len(faults) and stats["retry_wait_max_s"] == 4.0, stats
     hit = [e for e in proxy.faults() if e[1] == CMPL and e[2] - start in faults]
     assert len(hit) == len(faults)
+    assert len([e for e in proxy.log if e[1] == CMPL and e[2] - start in (1, 9) and e[4].startswith("slow")]) == 2
 
 
 def test_a_fault_that_persists_is_one_line_and_the_resume_redoes_only_the_lost_question(proxy, proxied_run, tmp_path):
@@ -319,3 +320,62 @@ def test_readout_audit_over_the_server_equals_the_hf_engine(server, tmp_path):
     for col, atol in (("option_first_probs", MASS_ATOL), ("option_logprobs", LOGPROB_ATOL)):
         for a, b in zip(hf[col], sv[col]):
             np.testing.assert_allclose(np.asarray(b, float), np.asarray(a, float), atol=atol, err_msg=col)
+
+
+# Items built so that some options sit far outside the reader's top-20 at the scored position.
+TOPK_ITEMS = [
+    {"id": "capital", "prompt": "What is the capital of France? Answer with one word.", "options": ["Paris", "xylophone", "quagmire"]},
+    {"id": "colour", "prompt": "What colour is the sky on a clear day? Answer with one word.", "options": ["Blue", "The"]},
+    {"id": "odd", "prompt": "Say a word.", "options": ["zygote", "quixotic"]},
+    {"id": "wet", "prompt": "Answer yes or no: is water wet?", "options": ["Yes", "No"]},  # both in the top-20
+]
+
+
+def test_readout_audit_over_a_server_that_lists_only_its_top_k_reads_intervals(proxy, tmp_path):
+    """Issue #36 item 3, on a server that cannot be asked for given ids (the proxy drops vLLM's
+    ``logprob_token_ids``, as a server that does not know it): read_next refuses in one line; the
+    audit reads each option from the server's top-20 listing. Where every option is listed the
+    readings equal the in-process engine's; where one is not, the mass is null and its interval
+    (the listed options, plus at most the 20th probability per unlisted one) holds the in-process
+    mass; the floor verdict holds for the whole interval or is counted undecided."""
+    import pandas as pd
+
+    from sleight.readout.audit.summary import at_floor
+
+    proxy.rule = lambda method, path, n: None
+    proxy.edit_request = lambda path, body: {k: v for k, v in body.items() if k != "logprob_token_ids"}
+    try:
+        items = tmp_path / "items.jsonl"
+        items.write_text("".join(json.dumps(i) + "\n" for i in TOPK_ITEMS))
+        sm = load_model(proxy.spec("smol-vllm"), batch_size=4)
+        ctx = sm.render_chat([{"role": "user", "content": TOPK_ITEMS[0]["prompt"]}]).ids
+        with pytest.raises(UserError, match="the server ignored logprob_token_ids"):
+            sm.read_next([ctx], [sm.encode("xylophone")[:1]])
+        sm.close()
+        args = ["readout", "audit", "--items", str(items), "--variants", "original,space", "--no-progress"]
+        sleight(*args, "--out", str(tmp_path / "hf"))
+        sleight(*args, "--model", proxy.spec("smol-vllm"), "--out", str(tmp_path / "listed"))
+    finally:
+        proxy.edit_request = None
+    hf, ls = (pd.read_parquet(tmp_path / d / "readings.parquet").sort_values(["item_id", "variant"]).reset_index(drop=True) for d in ("hf", "listed"))
+    live = ~hf["skipped"].astype(bool)
+    # an exact engine's interval is its point mass (NaN where no boundary held, on both sides)
+    np.testing.assert_array_equal(hf["option_mass_low"][live], hf["option_mass"][live])
+    np.testing.assert_array_equal(hf["option_mass_high"][live], hf["option_mass"][live])
+    listed = ls["option_mass"].notna()
+    unlisted = live & ls["option_mass"].isna() & ls["option_mass_low"].notna()
+    assert listed.any() and unlisted.any()  # both kinds of row are here
+    np.testing.assert_allclose(ls["option_mass"][listed], hf["option_mass"][listed], atol=MASS_ATOL)
+    for (_, h), (_, s_) in zip(hf[unlisted].iterrows(), ls[unlisted].iterrows()):
+        assert s_["option_mass_low"] < s_["option_mass_high"]
+        assert s_["option_mass_low"] - MASS_ATOL <= h["option_mass"] <= s_["option_mass_high"] + MASS_ATOL, (h["item_id"], h["variant"])
+        assert s_["score"] is None or np.isnan(s_["score"])  # no renormalised score without every option
+        assert np.isnan(np.asarray(s_["option_first_probs"], dtype=float)).any()
+        assert h["argmax_id"] == s_["argmax_id"] and h["continuation"] == s_["continuation"]
+    summary = json.loads((tmp_path / "listed" / "summary.json").read_text())
+    got = {v: s_.get("mass_interval", 0) for v, s_ in summary["variants"].items()}
+    assert sum(got.values()) == int(unlisted.sum())
+    undecided = sum(at_floor(lo, hi, 0.5) is None for lo, hi in zip(ls["option_mass_low"][unlisted], ls["option_mass_high"][unlisted]))
+    assert sum(s_.get("mass_undecided", 0) for s_ in summary["variants"].values()) == undecided
+    assert "interval mass" in (tmp_path / "listed" / "report.md").read_text()
+    assert "mass_interval" not in (tmp_path / "hf" / "summary.json").read_text()  # an exact engine's summary is as before

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sleight.backends.base import ForkedReads, LanguageModel, NextToken
+from sleight.backends.base import ForkedReads, LanguageModel, ListedReads, NextToken
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -74,6 +74,11 @@ class OptionSetReading:
     boundary is preserved. ``isolated_ids`` are each option's first id encoded on its own (how
     lm-polygraph picks ``True``), with their log-probs at the same position. ``token_logprobs`` hold
     every token of each in-context encoding when the set was read with ``score_options``.
+
+    ``mass_bounds`` is the mass as an interval: ``(mass, mass)`` where every first token was read,
+    and where a server listed only its top-k and some first token was not among them (its
+    log-prob then None, the mass None: never a guess), what the listed ones carry and that plus at
+    most the k-th listed probability for each unlisted one. None when the boundary breaks.
     """
 
     options: tuple[str, ...]
@@ -86,6 +91,7 @@ class OptionSetReading:
     isolated_ids: tuple[int | None, ...]
     isolated_logprobs: tuple[float | None, ...]
     token_logprobs: tuple[tuple[float, ...] | None, ...] | None = None
+    mass_bounds: tuple[float, float] | None = None
 
     @property
     def logprobs(self) -> tuple[float | None, ...]:
@@ -158,14 +164,28 @@ def _asked_ids(
 def _token_logprobs(
     model: LanguageModel, ctx_ids: list[int], es: Sequence[list[int] | None], lp: dict[int, float]
 ) -> tuple[tuple[float, ...] | None, ...]:
-    """Every token's log-prob of each option in context: the first from the read position, the later
-    ones of multi-token options from one ``continuation_logprobs`` call (none when no option has any)."""
-    multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1}
+    """Every token of each option's log-prob in context: the first from the read position, the later
+    ones of multi-token options from one ``continuation_logprobs`` call (none when no option has any;
+    none for an option whose first token a server did not list)."""
+    multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1 and e[0] in lp}
     later = dict(zip(multi, model.continuation_logprobs(ctx_ids, list(multi.values())))) if multi else {}
     return tuple(
-        None if e is None else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
+        None if e is None or e[0] not in lp else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
         for j, e in enumerate(es)
     )
+
+
+def mass_bounds(first: Sequence[int], lp: dict[int, float], bound: float | None) -> tuple[float, float]:
+    """The mass of the distinct ``first`` ids as an interval: the listed ones (``lp``) summed, and
+    that plus ``exp(bound)`` for each unlisted one, at most 1 (pure)."""
+    distinct = list(dict.fromkeys(first))
+    low = float(sum(np.exp(lp[t]) for t in distinct if t in lp))
+    unlisted = sum(t not in lp for t in distinct)
+    if not unlisted:
+        return low, low
+    if bound is None:
+        raise ValueError("an unlisted id needs the bound it is under")
+    return low, min(1.0, low + unlisted * float(np.exp(bound)))
 
 
 def _option_set_reading(
@@ -174,22 +194,26 @@ def _option_set_reading(
     alone: dict[str, int | None],
     lp: dict[int, float],
     tokens: tuple[tuple[float, ...] | None, ...] | None,
+    bound: float | None = None,
 ) -> OptionSetReading:
-    """One option set read at one position (``es``: each option's in-context encoding after the context)."""
+    """One option set read at one position (``es``: each option's in-context encoding after the
+    context; ``lp`` the log-probs read, without the ids a server did not list, which are under ``bound``)."""
     first = tuple(int(e[0]) if e else None for e in es)
     preserved = bool(es) and all(e is not None for e in es)
     iso = tuple(alone[o] for o in opts)
+    listed = preserved and all(t in lp for t in first)
     return OptionSetReading(
         options=tuple(opts),
         encodings=tuple(tuple(e) if e is not None else None for e in es),
         first_ids=first,
         boundary_preserved=preserved,
         distinct=preserved and len(set(first)) == len(first),
-        first_logprobs=tuple(lp[t] if t is not None else None for t in first),
-        mass=distinct_mass(first, lp.__getitem__) if preserved else None,
+        first_logprobs=tuple(lp.get(t) if t is not None else None for t in first),
+        mass=distinct_mass(first, lp.__getitem__) if listed else None,
         isolated_ids=iso,
-        isolated_logprobs=tuple(lp[t] if t is not None else None for t in iso),
+        isolated_logprobs=tuple(lp.get(t) if t is not None else None for t in iso),
         token_logprobs=tokens,
+        mass_bounds=mass_bounds([int(t) for t in first if t is not None], lp, bound) if preserved else None,
     )
 
 
@@ -209,8 +233,11 @@ def fork_groups(seqs: Sequence[Sequence[int]], forks: int) -> tuple[list[list[in
     return prefixes, tails
 
 
-def _read_next(model: LanguageModel, ctx_ids: list[list[int]], asked: list[list[int]], top_k: int, forks: int) -> list[NextToken]:
-    """One batched read of every context's next position, each shared prefix once where the engine forks."""
+def _read_next(model: LanguageModel, ctx_ids: list[list[int]], asked: list[list[int]], top_k: int, forks: int, listed: bool) -> list[NextToken]:
+    """One batched read of every context's next position, each shared prefix once where the engine
+    forks; ``listed``: through :class:`~sleight.backends.base.ListedReads` where the engine has it."""
+    if listed and isinstance(model, ListedReads):
+        return model.read_listed(ctx_ids, asked, top_k=top_k)
     if forks > 1 and isinstance(model, ForkedReads):
         prefixes, tails = fork_groups(ctx_ids, forks)
         if all(prefixes):
@@ -227,6 +254,7 @@ def read_positions(
     extra_ids: Sequence[int] = (),
     score_options: bool = False,
     forks: int = 1,
+    listed: bool = False,
 ) -> list[PositionReading]:
     """Read each context's next position against each of its option sets.
 
@@ -236,6 +264,9 @@ def read_positions(
     ``continuation_logprobs`` call per context that has any), so full-sequence log-probs exist.
     ``forks``: consecutive runs of that many contexts share a long prefix (a vote's label slots),
     read once where the engine can fork it (:class:`~sleight.backends.base.ForkedReads`).
+    ``listed``: a caller that reports intervals (:attr:`OptionSetReading.mass_bounds`) accepts a
+    server's top-k listing where the server cannot be asked for given ids; an unlisted option's
+    log-prob is then None. Without it such a server is refused in one line.
     """
     if len(option_sets) != len(contexts):
         raise ValueError(f"{len(contexts)} contexts but {len(option_sets)} lists of option sets")
@@ -250,13 +281,13 @@ def read_positions(
     ]
     alone = _alone_ids(model, option_sets)
     asked = _asked_ids(option_sets, encs, alone, extra_ids)
-    nexts = _read_next(model, ctx_ids, asked, top_k, forks)
+    nexts = _read_next(model, ctx_ids, asked, top_k, forks, listed)
 
     out: list[PositionReading] = []
     for i, (sets, per_set, nt) in enumerate(zip(option_sets, encs, nexts)):
-        lp = dict(zip(asked[i], (float(v) for v in nt.logprobs)))
+        lp = {t: float(v) for t, v in zip(asked[i], nt.logprobs) if nt.bound is None or not np.isnan(v)}
         readings = [
-            _option_set_reading(opts, es, alone, lp, _token_logprobs(model, ctx_ids[i], es, lp) if score_options else None)
+            _option_set_reading(opts, es, alone, lp, _token_logprobs(model, ctx_ids[i], es, lp) if score_options else None, nt.bound)
             for opts, es in zip(sets, per_set)
         ]
         top_ids = tuple(int(t) for t in nt.top_ids)
@@ -271,7 +302,7 @@ def read_positions(
                 entropy=float(nt.entropy),
                 option_sets=tuple(readings),
                 asked_ids=tuple(asked[i]),
-                asked_logprobs=tuple(lp[t] for t in asked[i]),
+                asked_logprobs=tuple(lp.get(t, float("nan")) for t in asked[i]),
             )
         )
     return out

@@ -131,6 +131,9 @@ class NextToken:
     top_ids: np.ndarray  # (k,) int64
     top_logprobs: np.ndarray  # (k,) float64
     entropy: float
+    # Set only by :meth:`ListedReads.read_listed` on a server that lists its top-k alone: an asked
+    # id it did not list has a NaN log-prob, and its log-prob is at most this (the k-th listed).
+    bound: float | None = None
 
 
 @dataclass
@@ -418,6 +421,17 @@ class ForkedReads(Protocol):
     ) -> list[NextToken]:
         """:meth:`LanguageModel.read_next` at the end of ``prefixes[g] + tails[g][j]``, in (g, j)
         order, ``asked`` aligned with that order; every tail non-empty."""
+
+
+@runtime_checkable
+class ListedReads(Protocol):
+    """An engine that may see only the top-k of a distribution (a server without a way to ask for
+    given ids' log-probs). :meth:`read_listed` is :meth:`LanguageModel.read_next` where it can be;
+    where it cannot, an asked id outside the listed top-k comes back NaN with the bound it is under
+    (:attr:`NextToken.bound`), for a caller that reports an interval. ``read_next`` itself never
+    returns a bound: it refuses what it cannot read exactly."""
+
+    def read_listed(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]: ...
 
 
 @runtime_checkable

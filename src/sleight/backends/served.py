@@ -22,7 +22,8 @@ it, never approximated:
   log-probs are the raw ones, read before that mask).
 * ``score_tokens``: ``prompt_logprobs=k`` over context + reply (vLLM's extension; each position's
   own log-prob and its top-k with ranks); ``continuation_logprobs``: ``prompt_logprobs=0``;
-  ``read_next``: ``logprobs=k`` and ``logprob_token_ids`` on a one-token request.
+  ``read_next``: ``logprobs=k`` and ``logprob_token_ids`` on a one-token request; ``read_listed``
+  the same, or on a server that ignores ``logprob_token_ids`` its top-20 listing, bounded.
 * ``sample``: ``n`` seeded samples (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_tokens``),
   each sampled token's raw log-prob.
 
@@ -73,6 +74,7 @@ class ServedModel(EngineTokens, RequestEngine):
         self.chat_template_kwargs = check_template_kwargs(spec.chat_template_kwargs)
         self.endpoint = endpoint or Endpoint(base, concurrency=spec.batch_size, timeout_s=TIMEOUT_S)
         self.max_logprobs = MAX_LOGPROBS
+        self._lists_only = False  # the server ignored logprob_token_ids once: read_listed goes to its listing at once
         self._decode_ids = lru_cache(maxsize=1 << 16)(self._decode_uncached)
         self._encode_text = lru_cache(maxsize=1 << 16)(self._encode_uncached)
         found = probe_server(self)
@@ -217,6 +219,15 @@ class ServedModel(EngineTokens, RequestEngine):
     def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
         """One-token requests: ``logprobs=k`` for the top-k, ``logprob_token_ids`` for the asked ids
         (vLLM's extension; separate requests, as in process). Entropy NaN: no whole distribution."""
+        return self._reads(seqs, asked, top_k, listed=False)
+
+    def read_listed(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
+        """:meth:`read_next`; on a server that ignores ``logprob_token_ids`` (it lists its top-k
+        alone), the asked ids are read from its top-``max_logprobs`` listing: NaN where not listed,
+        with the listing's last log-prob as :attr:`~sleight.backends.base.NextToken.bound`."""
+        return self._reads(seqs, asked, top_k, listed=True)
+
+    def _reads(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], top_k: int, *, listed: bool) -> list[NextToken]:
         check_reads(seqs, asked)
         self.check_k(top_k)
 
@@ -226,20 +237,30 @@ class ServedModel(EngineTokens, RequestEngine):
             choice = self.complete({**greedy_payload(seq, 1), "logprobs": int(top_k), "return_tokens_as_token_ids": True})
             return ranked(positions(choice, 1, self.spec.model)[0][1], top_k)
 
-        def ask(i: int) -> np.ndarray:
+        def ask(i: int) -> tuple[np.ndarray, float | None]:
             ids = [int(t) for t in asked[i]]
             if not ids:
-                return np.zeros(0)
-            choice = self.complete({**greedy_payload(seqs[i], 1), "logprobs": len(set(ids)), "logprob_token_ids": ids, "return_tokens_as_token_ids": True})
+                return np.zeros(0), None
+            if not (listed and self._lists_only):
+                choice = self.complete({**greedy_payload(seqs[i], 1), "logprobs": len(set(ids)), "logprob_token_ids": ids, "return_tokens_as_token_ids": True})
+                entry = positions(choice, 1, self.spec.model)[0][1]
+                missing = [t for t in ids if t not in entry]
+                if not missing:
+                    return np.asarray([entry[t] for t in ids], dtype=np.float64), None
+                if not listed:
+                    raise UserError(f"served model {self.spec.model}: the server ignored logprob_token_ids (no log-prob for {missing[:5]})")
+                self._lists_only = True
+            k = self.max_logprobs
+            choice = self.complete({**greedy_payload(seqs[i], 1), "logprobs": k, "return_tokens_as_token_ids": True})
             entry = positions(choice, 1, self.spec.model)[0][1]
-            missing = [t for t in ids if t not in entry]
-            if missing:
-                raise UserError(f"served model {self.spec.model}: the server ignored logprob_token_ids (no log-prob for {missing[:5]})")
-            return np.asarray([entry[t] for t in ids], dtype=np.float64)
+            got_ids, got_lps = ranked(entry, k)
+            if len(got_ids) < k:
+                raise UserError(f"served model {self.spec.model}: the server listed {len(got_ids)} of the top-{k} log-probs asked for, so no bound holds for the rest")
+            return np.asarray([entry.get(t, math.nan) for t in ids], dtype=np.float64), float(got_lps[-1])
 
         tops = self.many(top, list(seqs))
         got = self.many(ask, list(range(len(seqs))))
-        return [NextToken(g, t[0], t[1], math.nan) for g, t in zip(got, tops)]
+        return [NextToken(g, t[0], t[1], math.nan, bound) for (g, bound), t in zip(got, tops)]
 
     # -- decoding ------------------------------------------------------------------------------
     def request(self, prompt: Sequence[int], max_tokens: int, *, forced: int | None = None, top_k: int = 0,

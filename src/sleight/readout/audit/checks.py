@@ -33,7 +33,15 @@ import numpy as np
 import pandas as pd
 
 from sleight.readout.audit.classify import ARGMAX_CLASSES, CONTINUATION_CLASSES
-from sleight.readout.audit.summary import MASS_FLOOR, AuditSummary, CheckOutcome, DownstreamMetric, VariantSummary
+from sleight.readout.audit.summary import (
+    MASS_FLOOR,
+    AuditSummary,
+    CheckOutcome,
+    DownstreamMetric,
+    VariantSummary,
+    at_floor,
+    mass_interval,
+)
 
 STEM_DROP = 0.05
 SEPARATOR_GAIN = 0.1
@@ -120,6 +128,9 @@ def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> VariantSum
     """Numbers for one variant's rows (skipped rows counted, not measured)."""
     live = df[~df["skipped"].astype(bool)]
     mass = _finite(live["option_mass"].tolist())
+    bounds = [mass_interval({str(k): v for k, v in r.items()}) for r in live.to_dict("records")]
+    interval = [(lo, hi) for (lo, hi), m in zip(bounds, live["option_mass"].tolist()) if lo is not None and hi is not None and not _is_num(m)]
+    sides = [at_floor(lo, hi, floor) for lo, hi in interval]
     counts = VariantSummary(
         n_items=int(len(df)),
         n_measured=int(len(live)),
@@ -132,8 +143,8 @@ def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> VariantSum
         counts,
         mass_median=float(np.median(mass)) if len(mass) else None,
         mass_min=float(mass.min()) if len(mass) else None,
-        mass_below_floor=int((mass < floor).sum()),
-        mass_null=int(live["option_mass"].isna().sum()),
+        mass_below_floor=int((mass < floor).sum()) + sides.count(False),
+        mass_null=int(live["option_mass"].isna().sum()) - len(interval),
         mass_isolated_median=float(np.median(_finite(live["option_mass_isolated"].tolist()))) if len(_finite(live["option_mass_isolated"].tolist())) else None,
         mass_divergent_median=float(np.median(_finite(live["option_mass_divergent"].tolist()))) if len(_finite(live["option_mass_divergent"].tolist())) else None,
         boundary_preserved_rate=_rate(live["boundary_preserved"]),
@@ -148,7 +159,13 @@ def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> VariantSum
         ends_with_whitespace_rate=_rate(live["ends_with_whitespace"]),
         score_mean=float(np.mean(_finite(live["score"].tolist()))) if len(_finite(live["score"].tolist())) else None,
         downstream=downstream(live["score"].tolist(), live["target"].tolist()),
+        mass_interval=len(interval) or None,
+        mass_undecided=sides.count(None) or None,
     )
+
+
+def _is_num(v: Any) -> bool:
+    return v is not None and bool(np.isfinite(v))
 
 
 def summarise(readings: pd.DataFrame, floor: float = MASS_FLOOR) -> AuditSummary:
@@ -215,8 +232,9 @@ def _mass_check(s: VariantSummary, floor: float) -> tuple[str, str]:
         return "fail", "no option mass is defined (the prefix condition fails everywhere)"
     if median < floor:
         return "fail", f"median option mass {median:.3f} is below the floor {floor} (collapse)"
-    if s.mass_below_floor or s.mass_null:
-        return "warn", f"{s.mass_below_floor} item(s) below the floor, {s.mass_null} without a defined mass"
+    undecided = f", {s.mass_undecided} whose interval holds the floor (options outside a server's listed top-k)" if s.mass_undecided else ""
+    if s.mass_below_floor or s.mass_null or s.mass_undecided:
+        return "warn", f"{s.mass_below_floor} item(s) below the floor, {s.mass_null} without a defined mass{undecided}"
     return "pass", f"median option mass {median:.3f}, none below the floor"
 
 
@@ -404,6 +422,8 @@ def variant_table(summary: AuditSummary) -> list[dict[str, Any]]:
                 "mass_min": s.mass_min,
                 "below_floor": s.mass_below_floor,
                 "mass_null": s.mass_null,
+                "mass_interval": s.mass_interval,
+                "mass_undecided": s.mass_undecided,
                 "letter_rate": s.answer_letter_rate,
                 "option_argmax_rate": s.option_argmax_rate,
                 "on_task_rate": s.on_task_rate,

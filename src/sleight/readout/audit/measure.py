@@ -22,6 +22,7 @@ from sleight.backends.base import SpecialTokens
 from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
 from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.summary import at_floor, mass_interval
 from sleight.readout.audit.variants import Skipped, make_variant, render
 
 MASS_FLOOR = 0.5
@@ -45,6 +46,8 @@ SCHEMA = pa.schema(
         ("option_mass", pa.float64()),
         ("option_mass_isolated", pa.float64()),
         ("option_mass_divergent", pa.float64()),
+        ("option_mass_low", pa.float64()),
+        ("option_mass_high", pa.float64()),
         ("first_token_ids", pa.list_(pa.int64())),
         ("isolated_first_token_ids", pa.list_(pa.int64())),
         ("first_tokens_distinct", pa.bool_()),
@@ -118,6 +121,8 @@ def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetRea
         "option_mass": s.mass,
         "option_mass_isolated": s.isolated_mass,
         "option_mass_divergent": divergent_mass(s),
+        "option_mass_low": s.mass_bounds[0] if s.mass_bounds else None,
+        "option_mass_high": s.mass_bounds[1] if s.mass_bounds else None,
         "first_token_ids": first,
         "isolated_first_token_ids": [t for t in s.isolated_ids if t is not None],
         "first_tokens_distinct": s.distinct if s.boundary_preserved else None,
@@ -213,7 +218,8 @@ def measure(
     live = [p for p in prepared if p.skip is None]
     if progress:
         progress("scored positions")
-    readings = read_positions(model, [p.text for p in live], [[p.options] for p in live], top_k=TOP_TOKENS, score_options=True)
+    # listed: a server that lists its top-k alone gives an interval where an option is not among them
+    readings = read_positions(model, [p.text for p in live], [[p.options] for p in live], top_k=TOP_TOKENS, score_options=True, listed=True)
     if progress:
         progress("greedy continuations")
     texts = continuations(model, [r.context_ids for r in readings], _item_groups(live, max(1, rows_per_pass)), max_new_tokens)
@@ -297,7 +303,7 @@ def derived_columns(rows: Sequence[dict[str, Any]], floor: float = MASS_FLOOR) -
     whitespace and a word-boundary marker), ``token_class`` and ``opening_word`` (App. D's two
     token-level rules, :mod:`sleight.readout.audit.token_rules`; the opening word only for a
     substitute with one), ``mass_argmax_disagree`` (App. C.1: the option mass at or above ``floor``
-    and an option's first token at the argmax disagree), ``argmax_opens`` (App. D: the continuation
+    and an option's first token at the argmax disagree; None where the mass's interval holds the floor), ``argmax_opens`` (App. D: the continuation
     begins with the argmax, :func:`opens_with`), ``bare_number`` and ``counted_class`` (App. D: the
     rule class in the judge's classes, a bare number counted as a forecast).
 
@@ -318,7 +324,7 @@ def derived_columns(rows: Sequence[dict[str, Any]], floor: float = MASS_FLOOR) -
         cont = row.get("continuation")
         measured = not row.get("skipped") and row.get("argmax_token") is not None
         token = str(row.get("argmax_token") or "")
-        mass = row.get("option_mass")
+        above = at_floor(*mass_interval(row), floor)
         on_option = row.get("argmax_class") == "option"
         context = row.get("context")
         row.update(
@@ -329,7 +335,7 @@ def derived_columns(rows: Sequence[dict[str, Any]], floor: float = MASS_FLOOR) -
             argmax_bare=token_rules.bare_token(token) if measured else None,
             token_class=token_rules.token_class(token) if measured else None,
             opening_word=token_rules.opening_word_match(token, ending) if measured and ending in token_rules.SUBSTITUTES and ending != "empty" else None,
-            mass_argmax_disagree=None if not measured or mass is None else (mass >= floor) != on_option,
+            mass_argmax_disagree=None if not measured or above is None else above != on_option,
             argmax_opens=opens_with(cont, token) if measured else None,
             bare_number=judge.is_bare_number(cont) if measured and cont is not None else None,
             counted_class=(

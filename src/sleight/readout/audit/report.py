@@ -22,6 +22,21 @@ _COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skipped": 
 
 
 
+VARIANT_COLUMNS = (
+    ("variant", "variant"), ("measured", "measured"), ("skipped", "skipped"), ("mass_median", "median mass"), ("mass_min", "min mass"),
+    ("below_floor", "below floor"), ("mass_null", "no mass"), ("mass_interval", "interval mass"), ("mass_undecided", "undecided"),
+    ("letter_rate", "letter rate"), ("option_argmax_rate", "option argmax"), ("on_task_rate", "on task"), ("score_mean", "mean score"),
+    ("downstream", "downstream"),
+)  # fmt: skip
+INTERVAL_COLUMNS = ("mass_interval", "mass_undecided")  # shown only where a server read some mass as an interval
+
+
+def _variant_columns(table: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The variant table's keys and headers (the interval columns only where a row has one)."""
+    shown = [(k, h) for k, h in VARIANT_COLUMNS if k not in INTERVAL_COLUMNS or any(r.get(k) for r in table)]
+    return [k for k, _ in shown], [h for _, h in shown]
+
+
 def _example_md(ex: dict[str, Any]) -> list[str]:
     lines = [f"Worked example: item `{ex['item_id']}`, variant `{ex['variant']}`.", ""]
     if ex.get("original_ending") is not None and ex["variant"] != "original":
@@ -65,8 +80,7 @@ def render_markdown(manifest: dict[str, Any], summary: AuditSummary, checks: Seq
             lines += _example_md(c.example)
     lines += ["## Variants (interventions)", ""]
     table = variant_table(summary)
-    headers = ["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"]
-    keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
+    keys, headers = _variant_columns(table)
     lines += md_table(headers, [[r[k] for k in keys] for r in table])
     skipped = {v: s.skip_reasons for v, s in summary.variants.items() if s.skip_reasons}
     if skipped:
@@ -176,9 +190,9 @@ def render_html(manifest: dict[str, Any], summary: AuditSummary, checks: Sequenc
             parts.append(_example_html(c.example))
         parts.append("</section>")
     table = variant_table(summary)
-    keys = ["variant", "measured", "skipped", "mass_median", "mass_min", "below_floor", "mass_null", "letter_rate", "option_argmax_rate", "on_task_rate", "score_mean", "downstream"]
+    keys, headers = _variant_columns(table)
     parts.append("<section><h2>Variants (interventions)</h2>")
-    parts.append(html_table(["variant", "measured", "skipped", "median mass", "min mass", "below floor", "no mass", "letter rate", "option argmax", "on task", "mean score", "downstream"], [[r[k] for k in keys] for r in table]))
+    parts.append(html_table(headers, [[r[k] for k in keys] for r in table]))
     parts.append("<p>Continuation classes per variant:</p>" + html_table(["variant", *CLASS_COLUMNS, "answer then grid", "grid anywhere"], _class_rows(summary)))
     parts.append("</section>")
     if summary.ptrue:

@@ -8,11 +8,35 @@ directories included (a key they lack takes its default).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 MASS_FLOOR = 0.5  # the option-mass floor of the checks (here so that a summary without one reads back)
+INTERVAL_KEYS = ("mass_interval", "mass_undecided")
+
+
+def at_floor(low: float | None, high: float | None, floor: float) -> bool | None:
+    """Whether the option mass is at or above ``floor`` for its whole interval ``[low, high]``:
+    True, False, or None when the interval holds the floor (undecided) or there is no mass."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    if low >= floor:
+        return True
+    return False if high < floor else None
+
+
+def mass_interval(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """A reading's mass as ``(low, high)``: its bounds where recorded (readings made before the
+    bounds were, give the point mass twice); None where there is none."""
+    def num(v: Any) -> float | None:  # a table's missing value (None or NaN) as None
+        return None if v is None or not math.isfinite(v) else float(v)
+
+    low, high = num(row.get("option_mass_low")), num(row.get("option_mass_high"))
+    if low is None and high is None:
+        return num(row.get("option_mass")), num(row.get("option_mass"))
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,10 @@ class VariantSummary:
     ends_with_whitespace_rate: float | None = None
     score_mean: float | None = None
     downstream: DownstreamMetric | None = None
+    # Rows a server read as an interval (an option outside its listed top-k; their mass is null),
+    # and those whose interval holds the floor. Written only where there are any.
+    mass_interval: int | None = None
+    mass_undecided: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"n_items": self.n_items, "n_measured": self.n_measured, "n_skipped": self.n_skipped, "skip_reasons": list(self.skip_reasons)}
@@ -66,6 +94,8 @@ class VariantSummary:
             return out
         for f in fields(self)[len(out) :]:  # the measured numbers, after the four counts
             v = getattr(self, f.name)
+            if f.name in INTERVAL_KEYS and not v:
+                continue
             out[f.name] = v.as_json() if isinstance(v, DownstreamMetric) else dict(v) if isinstance(v, Mapping) else v
         return out
 
