@@ -168,6 +168,30 @@ def test_tamper_run_over_the_server_equals_vllm_in_process(server, vllm_run, tmp
                 assert abs(a[col] - b[col]) <= DELTA_ATOL + ENTROPY_ATOL, col
 
 
+def test_tamper_sweep_runs_a_served_subject_beside_a_local_one(server, vllm_run, tmp_path):
+    """Issue #36 item 2: ``tamper sweep`` (no Ray) over the bundled model in process and the same
+    model behind vLLM's server: each subject in its own folder, the served one's trials those of
+    ``--engine vllm`` in process, token for token; a rerun finds everything committed and writes
+    nothing twice."""
+    from sleight.backends.resolve import DEFAULT_MODEL
+    from sleight.tamper.job import default_out
+
+    out = tmp_path / "sweep"
+    args = ["tamper", "sweep", "--models", f"{DEFAULT_MODEL},{server.spec}", "--questions", "1", "--substitutes", "3",
+            "--max-new-tokens", "24", "--no-ray", "--no-progress", "--out", str(out)]  # fmt: skip
+    local, srv = default_out(DEFAULT_MODEL).name, f"smol-vllm--127.0.0.1_{server.port}"
+    assert f"served: {srv} send requests" in sleight(*args, "--dry-run").stdout
+    sleight(*args)
+    assert load_manifest(out / srv)["config"]["engine"] == "openai" and load_manifest(out / local)["config"]["engine"] == "hf"
+    got, ref = (load_trials(d).sort_values(["question_id", "substitute"]).reset_index(drop=True) for d in (out / srv, vllm_run))
+    assert len(got) == len(ref) == 3 and len(load_trials(out / local)) == 3
+    assert [list(t) for t in got["token_ids"]] == [list(t) for t in ref["token_ids"]]
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
+    sleight(*args)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == before
+    assert len(load_trials(out / srv)) == 3
+
+
 def test_a_server_that_does_not_answer_is_one_line(tmp_path):
     spec = f"openai:http://127.0.0.1:{free_port()}/v1#nobody"
     proc = sleight(*RUN, "--model", spec, "--out", str(tmp_path / "x"), check=False)

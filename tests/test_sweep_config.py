@@ -127,6 +127,25 @@ def test_the_estimate_is_the_cost_model_of_docs_engines():
     assert memory.estimate(m, ModelSpec("org/m"), 256, 1, 1, 1, gpu).task_s is None
 
 
+def test_a_served_subject_asks_no_gpu_and_has_no_estimate():
+    """Issue #36 item 2: a served subject in a sweep runs where its server is; its task sends
+    requests, so it asks a GPU cluster for none (a tensor-parallel server included), the estimate
+    names it served, not missing, and its folder is its served name and its server's address."""
+    from sleight.tamper.job import default_out
+
+    spec = "openai:http://10.0.0.5:8000/v1#org/big"
+    cfg = config.models_config(["org/a", spec], 1, lambda m: default_out(m).name)
+    plan = build_plan(cfg, Path("OUT"), {"questions": 1})
+    local, srv = plan.tasks
+    assert (local.gpus, srv.gpus) == (1.0, 0.0) and srv.name == "org--big--10.0.0.5_8000" and srv.job.model.engine == "openai"
+    served = config.Model("s", ModelSpec(spec), params_b=70.0)
+    est = memory.estimate(served, served.spec, 256, 1, 1, 1, config.Gpu())
+    assert est.gpu_hours is None and est.fits is None and est.note == "served elsewhere: nothing loads here"
+    lines = memory.plan_lines(plan)
+    assert any(line.startswith("served: org--big--10.0.0.5_8000 send requests") for line in lines)
+    assert not any("no estimate" in line and "org--big" in line for line in lines)
+
+
 def test_the_shipped_study_file_dry_runs_its_19_models_without_loading_one():
     code = (
         "import sys\nfrom sleight.cli.main import main\n"

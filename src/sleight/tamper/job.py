@@ -66,9 +66,21 @@ class TamperJob:
 
 
 def default_out(model_spec: str) -> Path:
-    """runs/<model-name>: the file or folder name of a path, the hub id with '/' made '--'."""
+    """runs/<model-name>: the file or folder name of a path, the hub id with '/' made '--', a served
+    model's name and its server's host and port (``openai:http://h:8000/v1#m``: ``m--h_8000``)."""
+    from urllib.parse import urlsplit
+
+    from sleight.backends.spec import served
+    from sleight.backends.transport import parse_openai_spec
+
     p = Path(model_spec)
-    name = p.stem if model_spec.endswith(".gguf") else (p.name if (p.exists() or model_spec.startswith((".", "/", "~"))) else model_spec.replace("/", "--"))
+    if served(model_spec):
+        base, served_name = parse_openai_spec(model_spec)
+        name = f"{served_name.replace('/', '--')}--{urlsplit(base).netloc}"
+    elif model_spec.endswith(".gguf"):
+        name = p.stem
+    else:
+        name = p.name if (p.exists() or model_spec.startswith((".", "/", "~"))) else model_spec.replace("/", "--")
     return Path("runs") / (re.sub(r"[^A-Za-z0-9_.+-]", "_", name) or "model")
 
 

@@ -87,6 +87,8 @@ def estimate(m: Model, spec: ModelSpec, budget: int, n_questions: int, n_substit
 
     A vllm subject fits when its weights take less than vLLM's share of the GPU (the rest of the
     share is its KV cache); under ``scorer: twin`` the hf twin must fit in what vLLM leaves."""
+    if spec.engine == "openai":
+        return Estimate(None, None, None, None, None, None, None, "served elsewhere: nothing loads here")
     if not m.params_b:
         return Estimate(None, None, None, None, None, None, None, "give params_b for an estimate")
     engine = spec.engine
@@ -176,7 +178,7 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
     header = ["model", "hub id or path", "load", "trials", "tasks", "weights GiB", "twin GiB", "per GPU GiB", "fits", "per task", "GPU-h", "committed"]
     rows: list[list[str]] = []
     total_h, longest, total_trials, total_committed = 0.0, 0.0, 0, 0
-    missing_estimate, too_big = [], []
+    missing_estimate, too_big, served = [], [], []
     trials = plan.tasks[0].job.trials if plan.tasks else cfg.trials
     q, s = _counts(trials)
     for m in cfg.subjects:
@@ -189,6 +191,8 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
         if est.gpu_hours is not None:
             total_h += est.gpu_hours
             longest = max(longest, est.task_s or 0.0)
+        elif spec.engine == "openai":
+            served.append(m.name)
         else:
             missing_estimate.append(m.name)
         if est.fits is False:
@@ -207,6 +211,8 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
         )
     elif missing_estimate:
         lines.append("time: no estimate (" + (", ".join(missing_estimate[:3]) + (" ..." if len(missing_estimate) > 3 else "")) + ": no params_b, or not on vllm)")
+    if served:
+        lines.append(f"served: {', '.join(served)} send requests to their servers (a task asks for no GPU; the servers' speed decides the time)")
     known = [r for r in rows if r[8] != "—"]
     if too_big:
         lines.append(f"fits NO: {'; '.join(too_big)}: vLLM's share of the GPU cannot hold the weights (or the rest cannot hold the hf twin)")

@@ -37,8 +37,9 @@ class Task:
 
     @property
     def gpus(self) -> float:
-        """GPUs the task's engine spans (tensor x pipeline parallel), asked of a GPU cluster."""
-        return float(self.job.model.devices)
+        """GPUs the task's engine spans (tensor x pipeline parallel), asked of a GPU cluster; none
+        for a served subject (its server holds the GPUs; the task only sends requests)."""
+        return 0.0 if self.job.model.engine == "openai" else float(self.job.model.devices)
 
     @property
     def label(self) -> str:
