@@ -273,6 +273,32 @@ def test_transient_faults_are_retried_and_the_run_equals_a_clean_one(proxy, prox
     assert len([e for e in proxy.log if e[1] == CMPL and e[2] - start in (1, 9) and e[4].startswith("slow")]) == 2
 
 
+def test_a_request_past_its_timeout_is_asked_again_then_one_line(proxy, prompts):
+    """Issue #36 item 4, timeouts: an answer later than the request's timeout (a 3 s timeout here;
+    600 s by default) is a failed exchange, asked again like a dropped connection: a reply slow once
+    comes back equal to the prompt answered at once, the retry counted; a server slow every time
+    is one line after the retries."""
+    from sleight.backends.served import ServedModel
+    from sleight.backends.spec import ModelSpec
+    from sleight.backends.transport import Endpoint
+
+    proxy.rule = lambda method, path, n: None
+    sm = ServedModel(ModelSpec(proxy.spec("smol-vllm"), batch_size=2), endpoint=Endpoint(proxy.base_url, concurrency=2, timeout_s=3.0))
+    try:
+        want = sm.generate_until(prompts[:1], [8])
+        first = proxy.counts[CMPL] + 1
+        proxy.rule = lambda method, path, n: 6.0 if path == CMPL and n == first else None
+        assert sm.generate_until(prompts[:1], [8]) == want
+        assert sm.engine_stats()["retries"] == 1 and [e[4] for e in proxy.log if e[1] == CMPL and e[2] == first] == ["slow 6.0 s"]
+        proxy.rule = lambda method, path, n: 6.0 if path == CMPL else None
+        with pytest.raises(UserError, match=r"/completions failed after 3 attempt\(s\) \(.*timed out") as err:
+            sm.generate_until(prompts[:1], [8])
+        assert "\n" not in str(err.value)
+    finally:
+        proxy.rule = lambda method, path, n: None
+        sm.close()
+
+
 def test_a_fault_that_persists_is_one_line_and_the_resume_redoes_only_the_lost_question(proxy, proxied_run, tmp_path):
     """The last completion request of the run answers a malformed body: one line, the first
     question stays committed; the resume (the server well again) redoes the second only."""
