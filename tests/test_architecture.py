@@ -81,6 +81,7 @@ TIERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("hf", "request_engine"),
         ("vllm", "chat", "served_probe", "served_wire"),
         ("served",),
+        ("served_llama",),
     ),
     "jury": (
         ("verdict", "ballot", "study_text", "sample", "store"),

@@ -50,9 +50,9 @@ def load_model(spec: str | ModelSpec = DEFAULT_MODEL, *, twin: LanguageModel | N
     if ms.engine == "openai":  # served elsewhere (openai:<base_url>#<model>): nothing to resolve or load here
         if twin is not None:
             raise UserError("a served model takes no twin (its server scores its own tokens)")
-        from sleight.backends.served import ServedModel
+        from sleight.backends.served_llama import open_served
 
-        model = ServedModel(ms)
+        model = open_served(ms)  # vLLM's dialect, or llama.cpp's where its server says so
     elif ms.engine == "vllm":
         from sleight.backends.vllm import VLLMModel
         from sleight.backends.vllm_registry import check_specs

@@ -46,7 +46,7 @@ import numpy as np
 
 from sleight.backends.base import Completion, LanguageModel, ModelInfo, NextToken, Sample, Sampling, check_reads
 from sleight.backends.request_engine import Done, RequestEngine
-from sleight.backends.served_probe import probe_server
+from sleight.backends.served_probe import forced_choice, probe_server
 from sleight.backends.served_wire import Lp, completion, error_text, greedy_payload, positions, ranked, token_ids
 from sleight.backends.spec import ModelSpec
 from sleight.backends.tokens import EngineTokens, check_template_kwargs
@@ -122,6 +122,22 @@ class ServedModel(EngineTokens, RequestEngine):
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise UserError(f"served model {self.spec.model}: /completions answered no choices: {json.dumps(body)[:160]}")
         return choices[0]
+
+    def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, dict[str, Any] | str]:
+        """A one-token request forced to ``token`` (``allowed_token_ids``), for the probe: the status
+        and, on 200, the first choice (else the server's error message)."""
+        body = {"model": self.served_id, "prompt": [int(t) for t in prompt], "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
+        status, got = forced_choice(self, "/completions", body)
+        if status != 200:
+            return status, str(got)
+        choices = got.get("choices") if isinstance(got, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise UserError(f"served model {self.spec.model}: /completions answered no choices: {json.dumps(got)[:160]}")
+        return 200, choices[0]
+
+    def listed_vocab(self) -> int | None:
+        """The vocabulary size where the server lists it (vLLM does not: the probe bisects)."""
+        return None
 
     def many(self, fn: Callable[[Any], Any], items: Sequence[Any], done: Callable[[Any], None] | None = None) -> list[Any]:
         """``fn`` over ``items`` with at most ``batch_size`` requests in flight, results in order;

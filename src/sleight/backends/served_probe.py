@@ -70,7 +70,7 @@ def probe_server(model: Any) -> Found:
     another model or lacks what the engine needs."""
     model.endpoint.check()
     version = _version(model)
-    vocab = vocab_size(model)
+    vocab = model.listed_vocab() or vocab_size(model)
     eos = eos_ids(model, vocab)
     texts, how = vocabulary(model, vocab, eos)
     tok = hashlib.sha256(json.dumps([texts, sorted(eos), model.encode(PROBE_TEXT)], ensure_ascii=False).encode()).hexdigest()
@@ -104,24 +104,35 @@ def _version(model: Any) -> str:
         owner = None
     status, ver = _get(model, "/version", root=True)
     number = ver.get("version") if status == 200 and isinstance(ver, dict) else None
+    if number is None:  # llama.cpp's server: its build and its slots (requests batched together sum otherwise), from /props
+        status, props = _get(model, "/props", root=True)
+        if status == 200 and isinstance(props, dict) and props.get("build_info"):
+            number = f"{props['build_info']} ({props.get('total_slots', '?')} slot(s))"
     parts = [str(p) for p in (owner, number) if p]
     return " ".join(parts) if parts else "unknown server"
 
 
 def _one_token(model: Any, token: int, prompt: list[int]) -> tuple[int, dict[str, Any] | str]:
-    """A one-token request forced to ``token``: the status and, on 200, the first choice (else
-    the server's error message)."""
-    body = {"model": model.served_id, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
+    """A one-token request forced to ``token`` (the engine's :meth:`one_forced`): the status and, on
+    200, a choice with ``finish_reason`` and ``stop_reason`` (else the server's error message)."""
+    got: tuple[int, dict[str, Any] | str] = model.one_forced(token, prompt)
+    return got
+
+
+def forced_choice(model: Any, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """POST ``body`` once (with the transport's retries): the status and, on 200, the JSON answer
+    (else the server's error message); a malformed 200 is one line."""
+    root = not path.startswith("/completions")
     try:
-        resp = model.endpoint.call("POST", "/completions", body)
+        resp = model.endpoint.call("POST", path, body, root=root)
     except _Transport as exc:
-        raise UserError(f"served model {model.spec.model}: /completions failed ({exc})") from None
+        raise UserError(f"served model {model.spec.model}: {path} failed ({exc})") from None
     if resp.status != 200:
         return resp.status, error_text(resp.body)
     try:
-        return 200, json.loads(resp.body.decode("utf-8"))["choices"][0]
-    except (UnicodeDecodeError, ValueError, KeyError, IndexError, TypeError):
-        raise UserError(f"served model {model.spec.model}: /completions answered a malformed body: {resp.body[:120]!r}") from None
+        return 200, json.loads(resp.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise UserError(f"served model {model.spec.model}: {path} answered a malformed body: {resp.body[:120]!r}") from None
 
 
 def vocab_size(model: Any) -> int:
@@ -164,8 +175,13 @@ def eos_ids(model: Any, vocab: int) -> frozenset[int]:
         if len(ids) == 1:
             cands.add(ids[0])
     prompt = model.encode("Hello")
+    turn = None
     if _has_template(model):
-        turn = model.chat_ids(PROBE_CHAT[1:3], add_generation_prompt=False, template_kwargs=model.chat_template_kwargs)
+        try:
+            turn = model.chat_ids(PROBE_CHAT[1:3], add_generation_prompt=False, template_kwargs=model.chat_template_kwargs)
+        except UserError:  # a server that will not render a whole assistant turn (llama.cpp's prefill)
+            turn = None
+    if turn is not None:
         body = model.encode("Hello")
         at = max((i for i in range(len(turn) - len(body) + 1) if turn[i : i + len(body)] == body), default=None)
         if at is not None:

@@ -41,15 +41,7 @@ def completion(choice: dict[str, Any], budget: int, top_k: int, eos: frozenset[i
     """A completion choice as a :class:`Completion`, as :func:`sleight.backends.vllm_wire.completion`
     reads vLLM's own output: an end-of-sequence id dropped (its records kept), a stop token kept."""
     toks = list(token_ids(choice.get("token_ids"), "/completions (return_token_ids)", who))
-    records = None
-    if top_k:
-        pos = positions(choice, len(toks), who)
-        ids = np.zeros((len(toks), top_k), dtype=np.int64)
-        lps = np.full((len(toks), top_k), -np.inf, dtype=np.float32)
-        for j, (_, entry) in enumerate(pos):
-            got_ids, got_lps = ranked(entry, top_k)
-            ids[j, : len(got_ids)], lps[j, : len(got_lps)] = got_ids, got_lps
-        records = Scored(toks, np.asarray([p[0] for p in pos], dtype=np.float64), ids, lps, np.full(len(toks), np.nan, np.float32))
+    records = scored_records(toks, positions(choice, len(toks), who), top_k) if top_k else None
     finish, why = choice.get("finish_reason"), choice.get("stop_reason")
     if finish == "stop":
         if toks and toks[-1] in eos and (why is None or why in eos):
@@ -65,6 +57,17 @@ def completion(choice: dict[str, Any], budget: int, top_k: int, eos: frozenset[i
             raise UserError(f"served model {who}: the server cut a reply at {len(toks)} of {budget} tokens (its context length)")
         return Completion(toks, "length", records)
     raise UserError(f"served model {who}: the server finished a request with finish_reason={finish!r}")
+
+
+def scored_records(toks: Sequence[int], pos: Sequence[tuple[float, Mapping[int, float]]], top_k: int) -> Scored:
+    """A reply's records from each generated token's ``(own log-prob, {id: log-prob} listed)``:
+    the top-k ranked (padded with -inf where fewer are listed); entropy NaN (no whole distribution)."""
+    ids = np.zeros((len(toks), top_k), dtype=np.int64)
+    lps = np.full((len(toks), top_k), -np.inf, dtype=np.float32)
+    for j, (_, entry) in enumerate(pos):
+        got_ids, got_lps = ranked(entry, top_k)
+        ids[j, : len(got_ids)], lps[j, : len(got_lps)] = got_ids, got_lps
+    return Scored(list(toks), np.asarray([p[0] for p in pos], dtype=np.float64), ids, lps, np.full(len(toks), np.nan, np.float32))
 
 
 # -- requests and errors ---------------------------------------------------------------------------
