@@ -194,6 +194,8 @@ class FaultProxy:
         self.counts: dict[str, int] = defaultdict(int)
         self.log: list[tuple[str, str, int, float, str]] = []
         self.lock = threading.Lock()
+        self.inflight = 0  # requests being answered now (the rule sees its own request counted)
+        self.inflight_max = 0  # the most forwarded upstream at once
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -209,10 +211,20 @@ class FaultProxy:
                 with outer.lock:
                     outer.counts[path] += 1
                     n = outer.counts[path]
+                    outer.inflight += 1
+                try:
+                    self._answer(method, path, n, body)
+                finally:
+                    with outer.lock:
+                        outer.inflight -= 1
+
+            def _answer(self, method: str, path: str, n: int, body: bytes | None) -> None:
                 fault = outer.rule(method, path, n)
                 what = _what(fault)
                 with outer.lock:
                     outer.log.append((method, path, n, time.monotonic(), what))
+                    if not isinstance(fault, Answer):
+                        outer.inflight_max = max(outer.inflight_max, outer.inflight)
                 if isinstance(fault, Answer):
                     write_answer(self, fault)
                     return

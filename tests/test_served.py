@@ -273,6 +273,23 @@ def test_transient_faults_are_retried_and_the_run_equals_a_clean_one(proxy, prox
     assert len([e for e in proxy.log if e[1] == CMPL and e[2] - start in (1, 9) and e[4].startswith("slow")]) == 2
 
 
+def test_an_overloaded_server_gets_fewer_requests_in_flight(proxy, proxied_run, tmp_path):
+    """Issue #36 item 2, concurrency adaptive to the server: a server that takes two requests at a
+    time and answers any more at once with 429 (``Retry-After: 0``). Each 429 halves the requests
+    the client keeps in flight and calm answers raise them again one at a time, so a run of up to 8
+    in flight completes equal to the clean run, and the session record says how far it came down."""
+    clean, _ = proxied_run
+    proxy.rule = lambda method, path, n: Answer(status=429, headers={"Retry-After": "0"}) if proxy.inflight > 2 else None
+    out = tmp_path / "overloaded"
+    try:
+        sleight(*FAULT_RUN, "--batch-size", "8", "--model", proxy.spec("smol-vllm"), "--out", str(out))
+    finally:
+        proxy.rule = lambda method, path, n: None
+    assert _rows(out) == _rows(clean)
+    stats = load_manifest(out)["sessions"][0]["engine_stats"]
+    assert stats["overloads"] > 0 and stats["in_flight_least"] <= 2 < stats["in_flight_max"] == 8, stats
+
+
 def test_a_request_past_its_timeout_is_asked_again_then_one_line(proxy, prompts):
     """Issue #36 item 4, timeouts: an answer later than the request's timeout (a 3 s timeout here;
     600 s by default) is a failed exchange, asked again like a dropped connection: a reply slow once

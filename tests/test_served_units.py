@@ -116,3 +116,32 @@ def test_spec_of_a_served_model_has_no_dtype():
         info = Info()
 
     assert spec_of(M()) == ModelSpec(URL)  # type: ignore[arg-type]
+
+
+def test_the_gate_halves_requests_in_flight_on_overload_and_grows_them_back_one_at_a_time():
+    """Issue #36 item 2 (transport._Gate): a 429 or 503 halves the limit (never below 1); ``ceiling``
+    calm answers in a row raise it by one, never above the ceiling; ``low`` keeps the least."""
+    from sleight.backends.transport import _Gate
+
+    g = _Gate(8)
+    for _ in range(3):
+        g.acquire()
+    assert g.busy == 3
+    g.release(True)
+    g.release(True)
+    g.release(True)
+    assert (g.limit, g.low, g.overloads, g.busy) == (1, 1, 3, 0)
+    for want in (1, 2):  # 8 calm answers raise the limit by one
+        for _ in range(8):
+            assert g.limit == want
+            g.acquire()
+            g.release(False)
+    assert g.limit == 3
+    g.acquire()
+    g.release(True)
+    assert (g.limit, g.low) == (1, 1)
+    full = _Gate(2)
+    for _ in range(10):
+        full.acquire()
+        full.release(False)
+    assert full.limit == 2  # never above the ceiling

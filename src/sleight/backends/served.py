@@ -161,9 +161,14 @@ class ServedModel(EngineTokens, RequestEngine):
 
     def engine_stats(self) -> dict[str, float | None]:
         """The transport's retries so far (each a backoff slept after a 429/5xx or a failed
-        exchange), for the session record: a run that finished through faults says so."""
-        waits = list(self.endpoint.sleeps)
-        return {"retries": len(waits), "retry_wait_s": round(sum(waits), 3), "retry_wait_max_s": round(max(waits, default=0.0), 3)}
+        exchange) and its overload answers (429, 503: the requests in flight halved each time, down
+        to ``in_flight_least`` of ``in_flight_max``), for the session record: a run that finished
+        through faults says so."""
+        waits, gate = list(self.endpoint.sleeps), self.endpoint.gate
+        return {
+            "retries": len(waits), "retry_wait_s": round(sum(waits), 3), "retry_wait_max_s": round(max(waits, default=0.0), 3),
+            "overloads": gate.overloads, "in_flight_max": gate.ceiling, "in_flight_least": gate.low,
+        }  # fmt: skip
 
     # -- tokens -------------------------------------------------------------------------------
     def _encode_uncached(self, text: str) -> tuple[int, ...]:

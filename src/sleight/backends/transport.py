@@ -136,6 +136,40 @@ class _ConnectionPool:
                 return
 
 
+OVERLOAD_STATUS = frozenset({429, 503})  # the server says it has too much to do: fewer requests in flight
+
+
+class _Gate:
+    """At most ``limit`` requests in flight, adapted to the server: the limit is halved on each
+    overload answer (:data:`OVERLOAD_STATUS`) and raised by one after ``ceiling`` answers in a row
+    without one, never above ``ceiling`` (additive increase, multiplicative decrease, as TCP sizes
+    its window). ``low`` is the least limit it came to, ``overloads`` how many it saw."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = self.limit = self.low = max(1, ceiling)
+        self.busy = self.calm = self.overloads = 0
+        self.cond = threading.Condition()
+
+    def acquire(self) -> None:
+        with self.cond:
+            while self.busy >= self.limit:
+                self.cond.wait()
+            self.busy += 1
+
+    def release(self, overloaded: bool) -> None:
+        with self.cond:
+            self.busy -= 1
+            if overloaded:
+                self.overloads += 1
+                self.limit, self.calm = max(1, self.limit // 2), 0
+                self.low = min(self.low, self.limit)
+            else:
+                self.calm += 1
+                if self.calm >= self.ceiling and self.limit < self.ceiling:
+                    self.limit, self.calm = self.limit + 1, 0
+            self.cond.notify_all()
+
+
 class Endpoint:
     """One OpenAI-compatible server: a connection pool of ``concurrency`` keep-alive connections,
     the API key from ``$api_key_env``, and ``retries`` more attempts with ``Retry-After`` or
@@ -169,6 +203,7 @@ class Endpoint:
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         self.sleeps: list[float] = []  # every backoff actually slept (the tests read it)
+        self.gate = _Gate(self.concurrency)  # :meth:`call`'s requests in flight, fewer while the server is overloaded
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "application/json", "Connection": "keep-alive"}
@@ -212,16 +247,21 @@ class Endpoint:
     def call(self, method: str, path: str, payload: Any = None, *, root: bool = False, timeout: float | None = None) -> _Response:
         """:meth:`exchange` with the retries: a transport failure or a retryable status is asked
         again after :meth:`pause`; returns the last answer (any status), or raises :class:`_Transport`
-        when the last attempt failed below HTTP."""
+        when the last attempt failed below HTTP. Each attempt passes the :class:`_Gate`, so an
+        overloaded server (429, 503) sees fewer requests in flight until it calms."""
         attempt = 0
         while True:
             wait: float | None = None
+            resp: _Response | None = None
+            self.gate.acquire()  # the backoff below is slept outside it
             try:
                 resp = self.exchange(method, path, payload, timeout, root=root)
             except _Transport:
                 if attempt >= self.retries:
                     raise
-            else:
+            finally:
+                self.gate.release(resp is not None and resp.status in OVERLOAD_STATUS)
+            if resp is not None:
                 if resp.status not in RETRY_STATUS or attempt >= self.retries:
                     return resp
                 wait = retry_after_s(resp.headers.get("retry-after"))
