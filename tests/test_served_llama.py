@@ -159,9 +159,9 @@ def test_tamper_run_over_llama_cpp_completes_with_its_own_records(server, tmp_pa
     assert len(trials) == 3 and trials["n_swaps"].sum() > 0
     for _, t in trials.iterrows():
         n = len(t["token_ids"])
-        assert len(t["logprobs"]) == n and np.all(np.asarray(t["logprobs"], float) <= 1e-6)
+        assert len(t["logprobs"]) == n and np.all(np.asarray(t["logprobs"], float) <= LLAMA_ATOL)  # a log-prob, within the noise of its sum
         top = np.stack(t["top20_logprobs"]).astype(float)
-        assert top.shape == (n, 20) and np.all(np.diff(top, axis=1) <= 1e-6)
+        assert top.shape == (n, 20) and np.all(np.diff(top, axis=1) <= 0)  # ranked, most probable first
         for step, ids in zip(t["swap_steps"], t["swap_ids"]):  # each substitute's tokens where it was written
             assert [int(x) for x in t["token_ids"][step : step + len(ids)]] == [int(x) for x in ids]
         assert np.isnan(t["delta_surprisal"]) == (t["n_swaps"] == 0)
