@@ -46,7 +46,7 @@ import numpy as np
 
 from sleight.backends.base import Completion, LanguageModel, ModelInfo, NextToken, Sample, Sampling, check_reads
 from sleight.backends.request_engine import Done, RequestEngine
-from sleight.backends.served_probe import forced_choice, probe_server
+from sleight.backends.served_probe import post_status, probe_server
 from sleight.backends.served_wire import Lp, completion, error_text, greedy_payload, positions, ranked, token_ids
 from sleight.backends.spec import ModelSpec
 from sleight.backends.tokens import EngineTokens, check_template_kwargs
@@ -127,7 +127,7 @@ class ServedModel(EngineTokens, RequestEngine):
         """A one-token request forced to ``token`` (``allowed_token_ids``), for the probe: the status
         and, on 200, the first choice (else the server's error message)."""
         body = {"model": self.served_id, "prompt": [int(t) for t in prompt], "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
-        status, got = forced_choice(self, "/completions", body)
+        status, got = post_status(self, "/completions", body)
         if status != 200:
             return status, str(got)
         choices = got.get("choices") if isinstance(got, dict) else None

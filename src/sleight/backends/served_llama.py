@@ -34,10 +34,10 @@ import numpy as np
 
 from sleight.backends.base import Completion, NextToken, Sample, Sampling, Scored, check_continuations, check_reads
 from sleight.backends.served import ServedModel
-from sleight.backends.served_probe import forced_choice
+from sleight.backends.served_probe import post_status
 from sleight.backends.served_wire import ranked, scored_records, token_ids
 from sleight.backends.spec import ModelSpec
-from sleight.backends.transport import Endpoint, parse_openai_spec
+from sleight.backends.transport import Endpoint, _Transport, parse_openai_spec
 from sleight.errors import UserError
 
 FORCE_BIAS = 1e9  # added to a forced id's logit: the greedy choice, whatever the model thinks
@@ -53,10 +53,10 @@ def open_served(spec: ModelSpec) -> ServedModel:
 
     base, _ = parse_openai_spec(spec.model)
     endpoint = Endpoint(base, concurrency=spec.batch_size, timeout_s=TIMEOUT_S)
-    try:
-        resp = endpoint.call("GET", "/props", None, root=True, timeout=min(10.0, TIMEOUT_S))
+    try:  # once, no retries: a server that does not answer is ServedModel's one line, below
+        resp = endpoint.exchange("GET", "/props", None, timeout=min(10.0, TIMEOUT_S), root=True)
         props = json.loads(resp.body.decode("utf-8")) if resp.status == 200 else None
-    except Exception:  # noqa: BLE001  an unreachable server is ServedModel's one line, below
+    except (_Transport, UnicodeDecodeError, ValueError):
         props = None
     if isinstance(props, dict) and "build_info" in props:
         return LlamaServedModel(spec, endpoint=endpoint)
@@ -80,7 +80,7 @@ class LlamaServedModel(ServedModel):
 
     def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, dict[str, Any] | str]:
         body = {"prompt": [int(t) for t in prompt], "n_predict": 1, **GREEDY, "return_tokens": True, "logit_bias": [[int(token), FORCE_BIAS]]}
-        status, got = forced_choice(self, "/completion", body)
+        status, got = post_status(self, "/completion", body, root=True)
         if status != 200 or not isinstance(got, dict):
             return status, str(got)
         return 200, {"finish_reason": "stop" if got.get("stop_type") == "eos" else "length", "stop_reason": None}

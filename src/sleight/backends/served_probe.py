@@ -5,12 +5,13 @@ template, so each is read from what the server itself does, and checked:
 
 * **served id and version**: ``GET /v1/models`` must list the spec's model name (else one line
   listing what it serves); ``GET /version`` (vLLM) and the listing's ``owned_by`` give the version.
-* **vocabulary size**: the size of the logits, found by bisection on one-token requests restricted to
+* **vocabulary size**: where the server lists it (llama.cpp's ``/v1/models`` ``meta.n_vocab``), that;
+  else the size of the logits, found by bisection on one-token requests restricted to
   one id (``allowed_token_ids``): the server refuses an id outside its vocabulary before it computes
   anything (vLLM: ``sampling_params.py`` ``_validate_allowed_token_ids``), and answers one inside it.
 * **end-of-sequence ids**: each candidate (the token the chat template writes after an assistant
-  turn, and the single-token spellings of the usual end markers) is generated alone, forced by
-  ``allowed_token_ids``; the server's own stop decision (``finish_reason`` ``stop`` with no stop
+  turn, and the single-token spellings of the usual end markers) is generated alone, forced (the
+  engine's ``one_forced``: vLLM's ``allowed_token_ids``, llama.cpp's ``logit_bias``); the server's own stop decision (``finish_reason`` ``stop`` with no stop
   string or stop id of the request's) says whether it ends a reply. This is the set vLLM stops on:
   the tokenizer's end-of-sequence id and the generation config's.
 * **surface strings** (``token_text``): every id decoded alone, as ``/detokenize`` decodes ``[id]``.
@@ -112,17 +113,10 @@ def _version(model: Any) -> str:
     return " ".join(parts) if parts else "unknown server"
 
 
-def _one_token(model: Any, token: int, prompt: list[int]) -> tuple[int, dict[str, Any] | str]:
-    """A one-token request forced to ``token`` (the engine's :meth:`one_forced`): the status and, on
-    200, a choice with ``finish_reason`` and ``stop_reason`` (else the server's error message)."""
-    got: tuple[int, dict[str, Any] | str] = model.one_forced(token, prompt)
-    return got
-
-
-def forced_choice(model: Any, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-    """POST ``body`` once (with the transport's retries): the status and, on 200, the JSON answer
-    (else the server's error message); a malformed 200 is one line."""
-    root = not path.startswith("/completions")
+def post_status(model: Any, path: str, body: dict[str, Any], *, root: bool = False) -> tuple[int, Any]:
+    """POST ``body`` (with the transport's retries): the status and, on 200, the JSON answer (else
+    the server's error message), for a probe that reads a refusal as an answer; a malformed 200 is
+    one line. The engines' ``one_forced`` (a one-token request forced to a token) use it."""
     try:
         resp = model.endpoint.call("POST", path, body, root=root)
     except _Transport as exc:
@@ -139,7 +133,7 @@ def vocab_size(model: Any) -> int:
     """The number of logits: the least id the server refuses in ``allowed_token_ids``."""
 
     def valid(token: int) -> bool:
-        status, said = _one_token(model, token, [0])
+        status, said = model.one_forced(token, [0])
         if status == 200:
             return True
         if status in (400, 422):
@@ -190,7 +184,7 @@ def eos_ids(model: Any, vocab: int) -> frozenset[int]:
     prompt = prompt or [0]
 
     def stops(token: int) -> bool:
-        status, choice = _one_token(model, token, prompt)
+        status, choice = model.one_forced(token, prompt)
         if status != 200 or not isinstance(choice, dict):
             return False
         return choice.get("finish_reason") == "stop" and choice.get("stop_reason") in (None, token)
