@@ -5,9 +5,9 @@ from the llama.cpp that llama-cpp-python 0.3.36 carries) serving the bundled Smo
 The in-process reference is llama.cpp itself through llama-cpp-python's ``Llama`` (same source, same
 CPU flags): the server's readings and greedy records equal it within ``LLAMA_ATOL`` when the server
 computes each request alone as the library does (``tests/llama_server.py``: one slot, flash
-attention off; the engine sends no prompt cache). Measured on this CPU, each departure from that
-moves a Q4_1 log-prob far past the tolerance: 4 slots batching requests together up to 0.39,
-``-fa auto`` up to 0.35, a prompt split at a cached prefix 0.08 (docs/engines.md).
+attention off; the engine sends no prompt cache). Each departure from that moves a Q4_1 log-prob
+far past the tolerance (``benchmarks/llama_settings.py``: four slots 0.265, ``-fa auto`` 0.355, a
+cached prefix 0.265; docs/engines.md).
 """
 
 from __future__ import annotations

@@ -22,10 +22,9 @@ from sleight.backends.base import SpecialTokens
 from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
 from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.audit.items import AuditItem
-from sleight.readout.audit.summary import at_floor, mass_interval
+from sleight.readout.audit.summary import MASS_FLOOR, at_floor, mass_interval
 from sleight.readout.audit.variants import Skipped, make_variant, render
 
-MASS_FLOOR = 0.5
 DEFAULT_ROWS_PER_PASS = 16  # contexts decoded together in one greedy pass (bounds memory)
 TOP_TOKENS = 6
 TAIL_CHARS = 80
