@@ -147,11 +147,11 @@ def test_note_summary_counts_app_hs_writer():
         {"note": "a b c d e", "note_ok": True, "note_attempts": 3},
         {"note": "", "note_ok": False, "note_attempts": 5},
     ]
-    assert fp.note_summary(rows) == {
+    assert fp.note_summary(rows).as_json() == {
         "max_words": 32, "retries": 4, "kept": 2, "not_kept": 1, "retried": 1, "mean_attempts": 3.0, "mean_words": 4.0,
     }
     old = fp.note_summary([{"note": "x y"}])
-    assert old["kept"] is None and old["retried"] is None and math.isnan(old["mean_attempts"]) and math.isnan(old["mean_words"])
+    assert old.kept is None and old.retried is None and math.isnan(old.mean_attempts) and math.isnan(old.mean_words)
 
 
 def test_reader_prompt_has_the_note_and_item_but_not_the_passage():
@@ -229,24 +229,24 @@ def test_forecast_summary_is_stats_on_the_rows():
     clusters = np.array([r["cluster"] for r in orig])
     so, ss = np.array([r["score"] for r in orig]), np.array([r["score"] for r in stem])
     assert s.n_clusters == 15
-    assert s.positions["stem"]["auroc"]["estimate"] == pytest.approx(auroc(ss, y))
-    assert s.positions["original"]["brier"]["estimate"] == pytest.approx(brier(so, y))
+    assert s.positions["stem"].auroc.estimate == pytest.approx(auroc(ss, y))
+    assert s.positions["original"].brier.estimate == pytest.approx(brier(so, y))
     ci = bootstrap_ci(auroc, ss, y, B=500, seed=3, clusters=clusters)
-    assert (s.positions["stem"]["auroc"]["low"], s.positions["stem"]["auroc"]["high"]) == (ci.low, ci.high)
+    assert (s.positions["stem"].auroc.low, s.positions["stem"].auroc.high) == (ci.low, ci.high)
     pb = paired_bootstrap(auroc, (ss, y), (so, y), clusters=clusters, B=500, seed=3)
     g = s.gain["auroc"]
-    assert (g["diff"], g["low"], g["high"]) == (pb.diff, pb.ci_diff.low, pb.ci_diff.high)
+    assert (g.diff, g.low, g.high) == (pb.diff, pb.ci_diff.low, pb.ci_diff.high)
     # Brier: lower is better, so the gain is original minus stem, its interval mirrored.
     pbb = paired_bootstrap(brier, (ss, y), (so, y), clusters=clusters, B=500, seed=3)
     gb = s.gain["brier"]
-    assert gb["gain"] == pytest.approx(-pbb.diff) and (gb["gain_low"], gb["gain_high"]) == pytest.approx((-pbb.ci_diff.high, -pbb.ci_diff.low))
-    assert s.brier_reference["constant_0.5"] == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
-    assert s.brier_reference["base_rate"] == pytest.approx(brier(np.full(y.size, y.mean()), y))
-    assert s.reader["spaced_unspaced_agreement"] == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
-    assert s.reader["n_agree"] == sum(bool(i % 3) for i in range(30)) and s.reader["n_compared"] == 30
-    assert s.positions["original"]["mass"]["below_floor"] == 30 and s.positions["stem"]["mass"]["below_floor"] == 0
-    assert (s.notes["kept"], s.notes["not_kept"], s.notes["retried"], s.notes["mean_attempts"]) == (15, 15, 15, 3.5)
-    assert s.notes["mean_words"] == pytest.approx(np.mean([30 + i % 3 for i in range(1, 30, 2)]))
+    assert gb.gain == pytest.approx(-pbb.diff) and (gb.gain_low, gb.gain_high) == pytest.approx((-pbb.ci_diff.high, -pbb.ci_diff.low))
+    assert s.brier_reference.constant_half == 0.25 == pytest.approx(brier(np.full(y.size, 0.5), y))
+    assert s.brier_reference.base_rate == pytest.approx(brier(np.full(y.size, y.mean()), y))
+    assert s.reader.spaced_unspaced_agreement == pytest.approx(np.mean([bool(i % 3) for i in range(30)]))
+    assert s.reader.n_agree == sum(bool(i % 3) for i in range(30)) and s.reader.n_compared == 30
+    assert s.positions["original"].mass.below_floor == 30 and s.positions["stem"].mass.below_floor == 0
+    assert (s.notes.kept, s.notes.not_kept, s.notes.retried, s.notes.mean_attempts) == (15, 15, 15, 3.5)
+    assert s.notes.mean_words == pytest.approx(np.mean([30 + i % 3 for i in range(1, 30, 2)]))
     json.dumps(s.as_json(), allow_nan=False)  # JSON-ready (no NaN)
 
 
@@ -260,23 +260,23 @@ def test_paired_difference_shares_replicates_and_is_narrower_than_unpaired():
     # The difference's replicates are a's minus b's on the same resample (reconstructed here).
     counts = resample(n, 2000, 0).counts
     reps = auroc(a, y, weights=counts) - auroc(b, y, weights=counts)
-    assert (d["low"], d["high"]) == tuple(np.quantile(reps, [0.025, 0.975]))
+    assert (d.low, d.high) == tuple(np.quantile(reps, [0.025, 0.975]))
     # Pairing removes the shared item noise: the interval is much narrower than a's own.
     ci_a = metric_interval("auroc", a, y, B=2000, seed=0)
-    assert d["high"] - d["low"] < 0.6 * (ci_a["high"] - ci_a["low"])
+    assert d.high - d.low < 0.6 * (ci_a.high - ci_a.low)
 
 
 def test_undefined_metrics_are_null_not_errors():
     y = np.ones(6)
     m = metric_interval("auroc", np.arange(6.0), y, B=100)
-    assert math.isnan(m["estimate"]) and clean(m)["estimate"] is None and clean(m)["low"] is None
+    assert math.isnan(m.estimate) and clean(m)["estimate"] is None and clean(m)["low"] is None
     d = paired_difference("prr", np.arange(6.0), np.arange(6.0)[::-1], y, B=100)
     assert clean(d)["gain"] is None
 
 
 def test_prr_summary_and_cluster_codes():
     assert cluster_codes(["p2", "p1", "p2", "p3"]).tolist() == [0, 1, 0, 2]
-    assert mass_summary([0.2, None, 0.9, 0.7]) == {
+    assert mass_summary([0.2, None, 0.9, 0.7]).as_json() == {
         "n": 4, "n_defined": 3, "n_boundary_not_preserved": 1, "median": 0.7, "min": 0.2, "below_floor": 1, "floor": 0.5, "collapsed": False,
     }
     rows = []
@@ -288,14 +288,43 @@ def test_prr_summary_and_cluster_codes():
             rows.append({"setting": "constructed", "item_id": f"q{k // 2}", "label": label, "readout": r, "score": score, "option_mass": 0.1,
                          "first_tokens_distinct": True, "argmax_class": "prose", "argmax_token": "The", "continuation_class": "prose"})
     s = pp.summarise(rows, B=300, seed=0).settings["constructed"]
-    assert s["n_pairs"] == 12 and s["n_clusters"] == 6 and s["readouts"]["moved"]["n_scored"] == 11
+    assert s.n_pairs == 12 and s.n_clusters == 6 and s.readouts["moved"].n_scored == 11
     lib = np.array([r["score"] for r in rows if r["readout"] == "library"])
     ren = np.array([r["score"] for r in rows if r["readout"] == "renormalised"])
     y = np.array([r["label"] for r in rows if r["readout"] == "library"])
-    assert s["readouts"]["library"]["prr"]["estimate"] == pytest.approx(prr(lib, y))
+    assert s.readouts["library"].prr.estimate == pytest.approx(prr(lib, y))
     pb = paired_bootstrap(prr, (ren, y), (lib, y), clusters=cluster_codes([r["item_id"] for r in rows if r["readout"] == "library"]), B=300, seed=0)
-    assert (s["vs_library"]["renormalised"]["prr"]["diff"], s["vs_library"]["renormalised"]["prr"]["low"]) == (pb.diff, pb.ci_diff.low)
-    assert s["vs_library"]["moved"]["auroc"]["n"] == 11  # compared on the items both readouts score
+    assert (s.vs_library["renormalised"]["prr"].diff, s.vs_library["renormalised"]["prr"].low) == (pb.diff, pb.ci_diff.low)
+    assert s.vs_library["moved"]["auroc"].n == 11  # compared on the items both readouts score
+
+
+def test_records_write_and_read_back_their_json():
+    """The records' JSON is summary.json's (keys in order, NaN as null) and reads back to the same
+    record; an undefined metric's record too. The run description heads summary.json the same way."""
+    from sleight.readout.downstream_report import RunMeta
+    from sleight.stats import downstream as d
+
+    rng = np.random.default_rng(3)
+    y = (np.arange(20) % 2).astype(float)
+    s, t = y + rng.normal(0, 1, 20), y + rng.normal(0, 1, 20)
+    undefined = d.answer_letter_auroc_interval(s, np.ones(20), np.zeros(20), B=50)
+    records = [
+        metric_interval("auroc", s, y, B=50), metric_interval("auroc", s, np.ones(20), B=50),
+        paired_difference("brier", 1 / (1 + np.exp(-s)), 1 / (1 + np.exp(-t)), y, B=50), paired_difference("prr", s, t, np.ones(20), B=50),
+        mass_summary([0.2, None, 0.9]), mass_summary([None]), *d.per_letter_auroc(s, y, ["ABCD"[i % 4] for i in range(20)]).values(),
+        d.answer_letter_auroc_interval(s, y, np.arange(20) % 3, B=50), undefined,
+        *d.leave_one_out_intervals({"a": s, "b": t}, {"a": 0.1, "b": 0.2}).values(), d.leave_one_out({"a": 1.0, "b": 3.0}),
+    ]
+    assert list(clean(records[0])) == ["metric", "better", "n", "estimate", "low", "high", "B", "level", "n_invalid"]
+    assert "n_invalid" not in clean(undefined) and clean(undefined)["estimate"] is None  # one class: no interval, no n_invalid key
+    for rec in records:
+        back = type(rec).from_json(json.loads(json.dumps(clean(rec))))
+        assert json.dumps(clean(back)) == json.dumps(clean(rec)), type(rec).__name__
+    manifest = {"kind": "ptrue", "command": "sleight readout ptrue", "items": "x.jsonl", "n_items": 2, "model": {"model_id": "m"}, "config": {"instruct": False}}
+    meta = RunMeta.from_manifest(manifest, 1.5, 400, 0)
+    assert list(meta.as_json()) == ["kind", "command", "items", "n_items", "model", "instruct", "seconds", "B", "seed"] and meta.instruct is False
+    assert RunMeta.from_json({**meta.as_json(), "n_scored": 3}) == meta
+    assert "instruct" not in RunMeta.from_manifest({**manifest, "kind": "forecast"}, None, 400, 0).as_json()
 
 
 # ---------------------------------------------------------------------------------------------

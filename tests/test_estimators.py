@@ -204,18 +204,18 @@ def test_comparison_pairs_every_readout_with_every_estimator():
     unc = {"Perplexity": [0.1, 0.9, 0.2, 0.8, 0.3, 0.4]}
     pt = {"moved": [0.9, 0.1, 0.8, None, 0.7, 0.6], "library": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}
     s = comparison(y, ["a", "b", "c", "d", "e", "f"], unc, pt, B=200)
-    assert s["estimators"]["Perplexity"]["auroc"]["estimate"] == pytest.approx(1.0)
-    assert s["ptrue"]["moved"]["auroc"]["n"] == 5  # the undefined answer left out
-    assert set(s["differences"]) == {"moved - Perplexity", "library - Perplexity"}
-    assert s["differences"]["library - Perplexity"]["auroc"]["diff"] == pytest.approx(0.5 - 1.0)
+    assert s.estimators["Perplexity"]["auroc"].estimate == pytest.approx(1.0)
+    assert s.ptrue["moved"]["auroc"].n == 5  # the undefined answer left out
+    assert set(s.differences) == {"moved - Perplexity", "library - Perplexity"}
+    assert s.differences["library - Perplexity"]["auroc"].diff == pytest.approx(0.5 - 1.0)
 
 
 @pytest.mark.slow
 def test_run_estimators_end_to_end(model):
     items = load_qa_items(DEFAULT_ITEMS, limit=4)
     res = run_estimators(model, items, max_new_tokens=TOKENS, samples=N_SAMPLES, B=200)
-    n_est = len(res["summary"]["estimators"])
-    assert len(res["rows"]) == 4 and len(res["summary"]["differences"]) == 5 * n_est
-    assert n_est == (len(ESTIMATORS) if res["engine"].startswith("lm-polygraph") else len(TOKEN_ESTIMATORS))
+    n_est = len(res.summary.estimators)
+    assert len(res.rows) == 4 and len(res.summary.differences) == 5 * n_est
+    assert n_est == (len(ESTIMATORS) if res.engine.startswith("lm-polygraph") else len(TOKEN_ESTIMATORS))
     md = render_markdown(res, "m")
     assert "MeanTokenEntropy" in md and "Not computed:" in md

@@ -34,17 +34,17 @@ def test_both_modes_with_flags_equal_an_independent_reading(model, tasks_dir):
     assert [s.path.name for s in specs] == ["capitals.yaml", "gen.yaml", "letters.yaml"]
     assert specs[1].skipped and "multiple_choice" in specs[1].skipped
     plain, chat = scan_task(model, specs[0])
-    assert plain["mode"] == "plain" and plain["option_whitespace"] == " " and plain["separator_rate"] == 0.0
-    assert "missing separator" not in plain["flags"]  # the delimiter is the separator
-    assert chat["context_ending"].endswith("assistant") and chat["option_whitespace"].startswith("\n")
-    assert "delimiter moved (chat mode)" in chat["flags"]
+    assert plain.mode == "plain" and plain.option_whitespace == " " and plain.separator_rate == 0.0
+    assert "missing separator" not in plain.flags  # the delimiter is the separator
+    assert chat.context_ending.endswith("assistant") and chat.option_whitespace.startswith("\n")
+    assert "delimiter moved (chat mode)" in chat.flags
     # the median mass equals an independent computation: full next-token distribution, distinct first tokens
     masses = []
     for d in DOCS:
         lp = model.next_token_logprobs([model.encode(d["q"])])[0].astype(np.float64)
         firsts = {encode_continuation(model, d["q"], " " + c)[0] for c in d["choices"]}
         masses.append(float(np.exp(lp[sorted(firsts)]).sum()))
-    assert plain["mass_median"] == pytest.approx(float(np.median(masses)), abs=MASS_ATOL)
+    assert plain.position.mass_median == pytest.approx(float(np.median(masses)), abs=MASS_ATOL)
     assert leading_whitespace([" a", " b"]) == " " and leading_whitespace([" a", "b"]) == ""
 
 

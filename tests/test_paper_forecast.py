@@ -96,12 +96,12 @@ def test_spaced_reader_is_the_target_in_the_summary():
                 "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x", "argmax_token": "x", "continuation_class": "x",
             })
     s = summarise(rows, B=20).reader
-    assert s["target"] == "spaced"
-    assert s["accuracy_target"] == s["accuracy_spaced"] == 0.5 and s["accuracy"] == 0.75  # spaced: B=B, C=C, A!=D, B!=A
+    assert s.target == "spaced"
+    assert s.accuracy_target == s.accuracy_spaced == 0.5 and s.accuracy == 0.75  # spaced: B=B, C=C, A!=D, B!=A
     assert [r["correct"] for r in rows[::2]] == [True, True, False, False]
     old = [{k: v for k, v in r.items() if k != "reader_target"} | {"correct": r["reader_choice"] == r["gold"]} for r in rows]
     s = summarise(old, B=20).reader
-    assert s["target"] == "unspaced" and s["accuracy_target"] == s["accuracy"] == 0.75
+    assert s.target == "unspaced" and s.accuracy_target == s.accuracy == 0.75
 
 
 @pytest.mark.slow

@@ -112,10 +112,10 @@ def test_gold_printed_neither_split():
                          "answer": ans, "answer_source": src, "option_mass": 0.5, "first_tokens_distinct": True, "argmax_class": "x",
                          "argmax_token": tok, "continuation_class": "x"})
     s = pp.summarise(rows, B=20).settings["constructed"]
-    assert s["readouts"]["library"]["argmax_split"] == {"gold": 2, "printed": 1, "neither": 1}
-    assert set(s["readouts"]["library"]["per_letter_auroc"]) == {"A", "B", "C", "D"}
-    assert len(s["pairs"]["auroc"]) == len(READOUTS) * (len(READOUTS) - 1) // 2
-    assert "prr_0.5" in s["readouts"]["moved"]
+    assert s.readouts["library"].argmax_split == {"gold": 2, "printed": 1, "neither": 1}
+    assert set(s.readouts["library"].per_letter_auroc) == {"A", "B", "C", "D"}
+    assert len(s.pairs["auroc"]) == len(READOUTS) * (len(READOUTS) - 1) // 2
+    assert "prr_0.5" in s.readouts["moved"].as_json()
 
 
 def test_sampling_probabilities_by_hand():

@@ -197,7 +197,7 @@ def test_answer_letter_auroc_by_hand():
         want = answer_letter_auroc(s[idx], y[idx], g[idx])
         assert (reps[b] == pytest.approx(want, abs=FLOAT64_ATOL)) if math.isfinite(want) else math.isnan(reps[b])
     out = answer_letter_auroc_interval(s, y, g, B=200, seed=0)
-    assert out["estimate"] == pytest.approx(0.8, rel=FLOAT64_RTOL) and out["low"] <= out["estimate"] <= out["high"] and out["B"] == 200
+    assert out.estimate == pytest.approx(0.8, rel=FLOAT64_RTOL) and out.low <= out.estimate <= out.high and out.B == 200
 
 
 def test_brier_reduction_with_its_interval():
@@ -231,9 +231,9 @@ def test_leave_one_checkpoint_out_with_intervals():
     reps = {"a": np.array([0.1, 0.2, 0.3, 0.4]), "b": np.array([0.3, 0.3, 0.3, 0.3]), "c": np.array([0.5, 0.7, 0.9, 1.1])}
     est = {"a": 0.25, "b": 0.3, "c": 0.8}
     out = leave_one_out_intervals(reps, est, level=0.5)
-    assert out["c"]["estimate"] == pytest.approx(0.275, rel=FLOAT64_RTOL)
+    assert out["c"].estimate == pytest.approx(0.275, rel=FLOAT64_RTOL)
     lo, hi = np.quantile((reps["a"] + reps["b"]) / 2, [0.25, 0.75])
-    assert (out["c"]["low"], out["c"]["high"]) == (pytest.approx(lo, rel=FLOAT64_RTOL), pytest.approx(hi, rel=FLOAT64_RTOL))
+    assert (out["c"].low, out["c"].high) == (pytest.approx(lo, rel=FLOAT64_RTOL), pytest.approx(hi, rel=FLOAT64_RTOL))
     with pytest.raises(ValueError):
         leave_one_out_intervals({"a": reps["a"]}, {"a": 0.25})
 

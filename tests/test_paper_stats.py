@@ -63,8 +63,8 @@ def test_prr_half_as_a_metric_with_pairs() -> None:
     """Paper: PRR at 0.5 and paired differences (issue #19 item 3): ``prr_0.5`` is a metric of the
     paired bootstrap like AUROC."""
     d = paired_difference("prr_0.5", C6, C6[::-1], Q6, B=50, seed=0)
-    assert d["estimate_a"] == pytest.approx(2 / 7, rel=FLOAT64_RTOL)
-    assert d["metric"] == "prr_0.5" and d["better"] == "higher"
+    assert d.estimate_a == pytest.approx(2 / 7, rel=FLOAT64_RTOL)
+    assert d.metric == "prr_0.5" and d.better == "higher"
 
 
 def test_paired_differences_for_every_pair() -> None:
@@ -75,8 +75,8 @@ def test_paired_differences_for_every_pair() -> None:
     scores = {"a": np.array([0.1, 0.2, 0.8, 0.9]), "b": np.array([0.9, 0.8, 0.2, 0.1]), "c": np.full(4, 0.5)}
     pairs = all_pairs("auroc", scores, y, B=20, seed=0)
     assert list(pairs) == ["a - b", "a - c", "b - c"]
-    assert [pairs[k]["diff"] for k in pairs] == [1.0, 0.5, -0.5]
-    assert pairs["a - c"]["a"] == "a" and pairs["a - c"]["b"] == "c"
+    assert [pairs[k].diff for k in pairs] == [1.0, 0.5, -0.5]
+    assert pairs["a - c"].a == "a" and pairs["a - c"].b == "c"
 
 
 def test_per_letter_auroc_by_hand() -> None:
@@ -89,9 +89,9 @@ def test_per_letter_auroc_by_hand() -> None:
     y = [1, 0, 1, 0, 1, 0, 1]
     g = ["A", "A", "B", "B", "C", "C", "D"]
     out = per_letter_auroc(s, y, g)
-    assert [out[k]["auroc"] for k in "ABC"] == [1.0, 0.0, 0.5]
-    assert math.isnan(out["D"]["auroc"]) and out["D"] == {"n": 1, "n_positive": 1, "auroc": out["D"]["auroc"]}
-    assert [out[k]["n"] for k in "ABCD"] == [2, 2, 2, 1]
+    assert [out[k].auroc for k in "ABC"] == [1.0, 0.0, 0.5]
+    assert math.isnan(out["D"].auroc) and out["D"].as_json() == {"n": 1, "n_positive": 1, "auroc": out["D"].auroc}
+    assert [out[k].n for k in "ABCD"] == [2, 2, 2, 1]
     with pytest.raises(ValueError, match="one gold letter per item"):
         per_letter_auroc(s, y, g[:-1])
 
@@ -102,10 +102,10 @@ def test_leave_one_checkpoint_out_by_hand() -> None:
     7/2, without the third 3/2; the largest shift is |3/2 - 3| = 3/2. On shared replicates (arrays)
     the average is element-wise."""
     out = leave_one_out({"q1": 1.0, "q2": 2.0, "q3": 6.0})
-    assert out["all"] == 3.0 and out["without"] == {"q1": 4.0, "q2": 3.5, "q3": 1.5}
-    assert (out["min"], out["max"], out["max_shift"]) == (1.5, 4.0, 1.5)
+    assert out.all == 3.0 and out.without == {"q1": 4.0, "q2": 3.5, "q3": 1.5}
+    assert (out.min, out.max, out.max_shift) == (1.5, 4.0, 1.5)
     reps = leave_one_out({"q1": [1.0, 3.0], "q2": [3.0, 5.0]})
-    np.testing.assert_array_equal(reps["without"]["q1"], [3.0, 5.0])
-    np.testing.assert_array_equal(reps["all"], [2.0, 4.0])
+    np.testing.assert_array_equal(reps.without["q1"], [3.0, 5.0])
+    np.testing.assert_array_equal(reps.all, [2.0, 4.0])
     with pytest.raises(ValueError, match="at least two"):
         leave_one_out({"q1": 1.0})

@@ -36,7 +36,7 @@ def readings(n: int, seed: int = 0) -> pd.DataFrame:
 def test_too_few_items_get_no_interval_and_no_drop():
     df = readings(6)
     c = downstream_change(df)
-    assert c["n"] == 6 and c["too_few"] and c["low"] is None
+    assert c.n == 6 and c.too_few and c.low is None
     check = run_checks(df)[5]
     assert "too few items for an interval" in check.reason and "on 6 items" in check.reason
     assert check.evidence["downstream_change"] == c
@@ -48,11 +48,11 @@ def test_the_change_carries_its_paired_bootstrap_interval():
     o, s = (df[df["variant"] == v] for v in ("original", "stem"))
     y = o["target"].to_numpy()
     pb = paired_bootstrap(auroc, (s["score"].to_numpy(), y), (o["score"].to_numpy(), y), B=CHANGE_B, seed=0)
-    assert not c["too_few"] and c["metric"] == "auroc"
-    assert (c["diff"], c["low"], c["high"]) == pytest.approx((pb.diff, pb.ci_diff.low, pb.ci_diff.high))
-    assert c["diff"] < -0.05  # a drop: the verdict warns and the reason gives the interval
+    assert not c.too_few and c.metric == "auroc"
+    assert (c.diff, c.low, c.high) == pytest.approx((pb.diff, pb.ci_diff.low, pb.ci_diff.high))
+    assert c.diff < -0.05  # a drop: the verdict warns and the reason gives the interval
     check = run_checks(df)[5]
-    assert check.verdict == "warn" and "paired bootstrap interval" in check.reason and f"{c['low']:+.3f}" in check.reason
+    assert check.verdict == "warn" and "paired bootstrap interval" in check.reason and f"{c.low:+.3f}" in check.reason
 
 
 def test_header_names_the_stem_never_none():

@@ -130,11 +130,11 @@ def test_a_killed_estimators_run_resumes_at_the_chunk_not_done(model, tmp_path) 
     items = load_qa_items(DEFAULT_QA_ITEMS, limit=CHUNK + 1)
     assert len(items) == CHUNK + 1
     first = run_estimators_dir(lambda: model, items, tmp_path, samples=1, max_new_tokens=8, B=20)
-    assert first["new_chunks"] == 2 and (tmp_path / EST_READINGS).is_file()
+    assert first.new_chunks == 2 and (tmp_path / EST_READINGS).is_file()
     (tmp_path / "parts" / f"{CHUNK:05d}.parquet").unlink()
     again = run_estimators_dir(lambda: model, items, tmp_path, samples=1, max_new_tokens=8, B=20)
-    assert again["new_chunks"] == 1 and repr(again["readings"]) == repr(first["readings"])  # repr: NaN equals NaN
+    assert again.new_chunks == 1 and repr(again.readings) == repr(first.readings)  # repr: NaN equals NaN
     done = run_estimators_dir(lambda: pytest.fail("a finished run must not load the model"), items, tmp_path, samples=1, max_new_tokens=8, B=20)
-    assert done["new_chunks"] == 0
-    scorers = {r["scorer"] for r in first["readings"]}
+    assert done.new_chunks == 0
+    scorers = {r["scorer"] for r in first.readings}
     assert {"MaximumSequenceProbability", "ptrue_moved", "ptrue_renormalised"} <= scorers

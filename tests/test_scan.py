@@ -41,8 +41,8 @@ def test_geval_space_prefixed_grades_share_a_first_token(model):
     for s in spaced:  # " 1" .. " 5" after "- Coherence:": " " then the digit, one shared first token
         assert s.boundary_preserved and not s.distinct
         assert set(s.first_ids) == {space[0]} and all(len(e) == 2 for e in s.encodings)
-    assert "space-prefixed labels share a first token" in row["flags"]
-    assert row["spaced"]["distinct_rate"] == 0.0
+    assert "space-prefixed labels share a first token" in row.flags
+    assert row.spaced.distinct_rate == 0.0
 
 
 def test_kadavath_options_are_not_scorable_by_first_tokens(model):
@@ -50,18 +50,18 @@ def test_kadavath_options_are_not_scorable_by_first_tokens(model):
     for s in declared:  # " (A)" and " (B)": " (" first for both
         assert s.boundary_preserved and not s.distinct and s.first_ids[0] == s.first_ids[1]
         assert model.token_text(s.first_ids[0]) == " ("
-    assert "not scorable by first tokens" in row["flags"] and row["verdict"] == "fail"
-    assert row["repair"]["distinct_rate"] == 1.0  # after the stem " (": "A" and "B" are their own tokens
+    assert "not scorable by first tokens" in row.flags and row.verdict == "fail"
+    assert row.repair.position.distinct_rate == 1.0  # after the stem " (": "A" and "B" are their own tokens
 
 
 @pytest.mark.slow
 def test_a_missing_separator_is_flagged_where_the_template_ends_without_whitespace(model):
     for name in ("geval", "relevance"):
         _, _, row = readings(model, name, limit=1)
-        assert row["separator_rate"] == 0.0 and "missing separator" in row["flags"], name
+        assert row.separator_rate == 0.0 and "missing separator" in row.flags, name
     for name in ("kadavath", "alpacaeval"):  # labels carry their space / the chat template ends in "\n"
         _, _, row = readings(model, name, limit=1)
-        assert "missing separator" not in row["flags"], name
+        assert "missing separator" not in row.flags, name
 
 
 def test_opencompass_grader_reads_the_quoted_items_letter_as_a_verdict(model):
@@ -77,8 +77,8 @@ def test_opencompass_grader_reads_the_quoted_items_letter_as_a_verdict(model):
         assert first_uppercase_ab(text) == (m.group(0) if m else "unknown")
         replies.append({"item": i.meta["item"], "gold_letter": i.meta["gold_letter"], "verdict": first_uppercase_ab(text)})
     contrast = rotation_contrast(replies)
-    assert contrast["tracking_items"] == ["o1"]  # A when the gold is A, B when the gold is B
-    assert contrast["per_letter"]["B"]["at_gold"] == 1.0 and contrast["accuracy"] < 1.0
+    assert contrast.tracking_items == ("o1",)  # A when the gold is A, B when the gold is B
+    assert contrast.per_letter["B"].at_gold == 1.0 and contrast.accuracy < 1.0
     assert "letter read as verdict" in FLAG_RULES
 
 

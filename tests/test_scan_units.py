@@ -8,7 +8,13 @@ import pytest
 from scipy.stats import spearmanr
 
 from sleight.readout.scan.grades import paired_document_difference, per_document_rho, spearman, within_document_spearman
-from sleight.readout.scan.text_parsers import continuation_forecast, first_grid_value, first_uppercase_ab, rotation_contrast
+from sleight.readout.scan.text_parsers import (
+    LetterContrast,
+    continuation_forecast,
+    first_grid_value,
+    first_uppercase_ab,
+    rotation_contrast,
+)
 
 
 def test_first_uppercase_ab_is_opencompass_rule():
@@ -20,12 +26,12 @@ def test_first_uppercase_ab_is_opencompass_rule():
 def test_rotation_contrast():
     judge = [{"item": "x", "gold_letter": g, "verdict": "A"} for g in "ABCD"]
     r = rotation_contrast(judge)
-    assert r["contrast"] == pytest.approx(0.0) and r["tracking_items"] == [] and r["accuracy"] == 1.0
+    assert r.contrast == pytest.approx(0.0) and r.tracking_items == () and r.accuracy == 1.0
     reader = [{"item": "y", "gold_letter": g, "verdict": g if g in "AB" else "unknown"} for g in "ABCD"]
     r = rotation_contrast(judge + reader)
-    assert r["tracking_items"] == ["y"]
-    assert r["per_letter"]["B"] == {"at_gold": 0.5, "gold_elsewhere": 0.0, "contrast": 0.5}
-    assert r["letter_rate"] == pytest.approx(0.75) and r["verdicts_by_gold"]["C"] == {"A": 1, "unknown": 1}
+    assert r.tracking_items == ("y",)
+    assert r.per_letter["B"] == LetterContrast(at_gold=0.5, gold_elsewhere=0.0, contrast=0.5)
+    assert r.letter_rate == pytest.approx(0.75) and r.verdicts_by_gold["C"] == {"A": 1, "unknown": 1}
 
 
 def test_continuation_forecast_reads_the_first_grid_value():
@@ -54,9 +60,9 @@ def test_within_document_average_and_paired_bootstrap():
     per = per_document_rho(a, human, docs)
     assert per["d3"] is None and per["d1"] == pytest.approx(1.0) and per["d2"] == pytest.approx(spearmanr(a[3:6], human[3:6]).statistic)
     w = within_document_spearman(a, human, docs)
-    assert w["n_undefined"] == 1 and w["rho"] == pytest.approx((per["d1"] + per["d2"]) / 2)
+    assert w.n_undefined == 1 and w.rho == pytest.approx((per["d1"] + per["d2"]) / 2)
     d = paired_document_difference(a, b, human, docs, B=500)
     pb = per_document_rho(b, human, docs)
-    assert d["n_paired"] == 2 and d["diff"] == pytest.approx((per["d1"] + per["d2"] - pb["d1"] - pb["d2"]) / 2)
-    assert d["low"] <= d["diff"] <= d["high"]
-    assert within_document_spearman([None, None], [1, 2], ["d", "d"])["rho"] is None
+    assert d.n_paired == 2 and d.diff == pytest.approx((per["d1"] + per["d2"] - pb["d1"] - pb["d2"]) / 2)
+    assert d.low <= d.diff <= d.high
+    assert within_document_spearman([None, None], [1, 2], ["d", "d"]).rho is None

@@ -45,7 +45,7 @@ def cmd_estimators(args: argparse.Namespace) -> int:
         lambda: model_from_args(args), items, out, instruct=not args.raw, max_new_tokens=args.max_new_tokens,
         use_polygraph=not args.no_polygraph, source=args.data or args.items or "shipped qa_items", B=args.bootstrap, overwrite=args.overwrite,
     )
-    print(f"readout estimators -> {out} (estimators by {result['engine']}; {result['new_chunks']} new parts)")
+    print(f"readout estimators -> {out} (estimators by {result.engine}; {result.new_chunks} new parts)")
     for name in ("readings.parquet", "estimators.json", "estimators.md"):
         print(f"  {out / name}")
     return 0

@@ -85,8 +85,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     result = run_scan(lambda: model_from_args(args), out, config, overwrite=args.overwrite, show_progress=not args.no_progress)
     print(f"\nreadout scan -> {out}")
     for r in result.rows:
-        flags = "; ".join(r["flags"]) or "no failure mode found"
-        print(f"  {r['preset']:<12} {r['verdict'].upper():<5} {flags}")
+        flags = "; ".join(r.flags) or "no failure mode found"
+        print(f"  {r.preset:<12} {r.verdict.upper():<5} {flags}")
     for key, path in result.files.items():
         print(f"  {key:<10} {path}")
     return 0
@@ -103,7 +103,7 @@ def _cmd_lm_eval(args: argparse.Namespace) -> int:
     result = scan_lm_eval_tasks(model, tasks, out, floor=args.floor)
     print(f"\nlm-eval task scan -> {out}")
     for r in result.rows:
-        print(f"  {r['task']:<24} {r['mode']:<6} {'; '.join(r['flags']) or 'no failure mode found'}")
+        print(f"  {r.task:<24} {r.mode:<6} {'; '.join(r.flags) or 'no failure mode found'}")
     for key, path in result.files.items():
         print(f"  {key:<10} {path}")
     return 0

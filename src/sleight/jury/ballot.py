@@ -18,14 +18,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 _TRUE = {"true", "yes"}
 _FALSE = {"false", "no"}
 READINGS: tuple[str, ...] = ("strict", "study")
 
 
-def study_object(text: str) -> dict[str, Any] | None:
+def study_object(text: str) -> dict[str, object] | None:
     """The study's ``_extract_json``: the text from the first ``{`` to the last ``}`` decoded as one
     JSON object, or ``None`` (no braces, not JSON, or not an object)."""
     start, end = text.find("{"), text.rfind("}")
@@ -61,20 +61,29 @@ def as_bool(value: Any) -> bool | None:
     return None
 
 
+class ObjectSchema(TypedDict):
+    """A strict JSON schema of one vote object (:meth:`Ballot.schema`), sent to a server as it is."""
+
+    type: str
+    properties: dict[str, dict[str, object]]
+    required: list[str]
+    additionalProperties: bool
+
+
 @dataclass(frozen=True)
 class Field:
     """One thing a juror decides: a boolean label (``values == (True, False)``) or one class of a
     fixed set of strings."""
 
     name: str
-    values: tuple[Any, ...] = (True, False)
+    values: tuple[bool | str, ...] = (True, False)
     description: str = ""
 
     @property
     def boolean(self) -> bool:
         return self.values == (True, False)
 
-    def read(self, value: Any) -> Any | None:
+    def read(self, value: object) -> bool | str | None:
         """The allowed value ``value`` spells, or ``None`` when it is not one of them."""
         if self.boolean:
             return as_bool(value)
@@ -85,7 +94,7 @@ class Field:
                     return allowed
         return None
 
-    def literal(self, value: Any) -> str:
+    def literal(self, value: bool | str) -> str:
         """The value as JSON text: ``true``, ``"other"``."""
         return json.dumps(value)
 
@@ -127,19 +136,19 @@ class Ballot:
             f"the JSON object only: {self.skeleton()}"
         )
 
-    def schema(self, reason_max_chars: int | None = None) -> dict[str, Any]:
+    def schema(self, reason_max_chars: int | None = None) -> ObjectSchema:
         """A strict JSON schema of the vote (every field required, in the prompt's order, nothing
         else allowed); ``reason_max_chars`` bounds the reason so a token budget cannot cut it off."""
-        props: dict[str, Any] = {}
+        props: dict[str, dict[str, object]] = {}
         for f in self.fields:
             props[f.name] = {"type": "boolean"} if f.boolean else {"type": "string", "enum": list(f.values)}
         props[self.reason] = {"type": "string"} if reason_max_chars is None else {"type": "string", "maxLength": reason_max_chars}
         return {"type": "object", "properties": props, "required": [*self.names, self.reason], "additionalProperties": False}
 
-    def read_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    def read_object(self, obj: Mapping[str, Any]) -> dict[str, bool | str] | None:
         """Field values (and ``reason``) of one decoded JSON object, or ``None`` if any is unreadable."""
         keys = {norm_key(str(k)): v for k, v in obj.items()}
-        out: dict[str, Any] = {}
+        out: dict[str, bool | str] = {}
         for f in self.fields:
             if f.name not in keys:
                 return None
@@ -153,10 +162,10 @@ class Ballot:
         out[self.reason] = reason if isinstance(reason, str) else ("" if reason is None else json.dumps(reason))
         return out
 
-    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, bool | str] | None:
         """Field values (and ``reason``) the study's way: exact keys, a missing label false, a present
         one by truthiness (``bool(obj.get(name, False))``); a class field is read as :meth:`Field.read`."""
-        out: dict[str, Any] = {}
+        out: dict[str, bool | str] = {}
         for f in self.fields:
             if f.boolean:
                 out[f.name] = bool(obj.get(f.name, False))
@@ -168,8 +177,9 @@ class Ballot:
         out[self.reason] = str(obj.get(self.reason, "")).strip()
         return out
 
-    def parse(self, text: str | None) -> dict[str, Any] | None:
-        """The vote in ``text`` read this ballot's way (:attr:`reading`), else ``None``.
+    def parse(self, text: str | None) -> dict[str, bool | str] | None:
+        """The vote in ``text`` read this ballot's way (:attr:`reading`), else ``None``: each field's
+        value (a label's bool, a class's string) by the field's name, and the reason string.
 
         Strict reading: the first JSON object in ``text`` that fills every field readably.
 

@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -30,6 +30,22 @@ SCHEMA_REFUSED = "text (schema refused)"
 REASON_MAX_CHARS = 100
 
 
+class CastRecord(TypedDict):
+    """The columns every stored vote carries, whatever the instrument (:meth:`Cast.record`)."""
+
+    reason: str | None
+    abstained: bool
+    attempts: int
+    raw_reply: str
+    first_reply: str | None
+    error: str | None
+    latency_s: float
+    judged_at: str
+    vote_path: str
+    finish_reason: str | None
+    reasoning: str | None
+
+
 @dataclass
 class Cast:
     """One juror's vote on one case. ``values`` is ``None`` when the juror abstained.
@@ -38,7 +54,7 @@ class Cast:
     server's log-probs), ``mass[f]`` the two options' share of the next-token mass at ``f``'s slot.
     """
 
-    values: dict[str, Any] | None
+    values: dict[str, bool | str] | None
     path: str
     reason: str | None = None
     attempts: int = 1
@@ -55,7 +71,7 @@ class Cast:
     def abstained(self) -> bool:
         return self.values is None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> CastRecord:
         """The columns every stored vote carries, whatever the instrument (pure apart from the clock)."""
         return {
             "reason": self.reason,
@@ -84,7 +100,7 @@ def text_cast(ballot: Ballot, first: ChatReply, second: ChatReply | None, path: 
     return Cast(
         values=None if vote is None else {n: vote[n] for n in ballot.names},
         path=path,
-        reason=None if vote is None else vote[ballot.reason],
+        reason=None if vote is None else str(vote[ballot.reason]),
         attempts=1 if second is None else 2,
         raw_reply=final.text,
         first_reply=first.text if second is not None else None,
@@ -101,7 +117,7 @@ def needs_retry(ballot: Ballot, reply: ChatReply) -> bool:
 
 
 # -- the schema path --------------------------------------------------------------------------------
-def response_format(kind: str, ballot: Ballot) -> dict[str, Any]:
+def response_format(kind: str, ballot: Ballot) -> dict[str, object]:
     """The ``response_format`` of one kind for the ballot's schema."""
     if kind == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": ballot.name, "strict": True, "schema": ballot.schema()}}

@@ -42,7 +42,7 @@ def slot_contexts(model: Any, conversations: Sequence[Messages], ballot: Ballot)
 def slot_cast(ballot: Ballot, readings: Sequence[OptionSetReading], latency_s: float = 0.0) -> Cast:
     """The vote one conversation's slot readings give (pure): argmax per field, or an abstention
     naming the fields whose slot could not be read (boundary merged, options sharing a first token)."""
-    values: dict[str, Any] = {}
+    values: dict[str, bool | str] = {}
     soft: dict[str, tuple[float, ...] | None] = {}
     mass: dict[str, float | None] = {}
     bad: list[str] = []

@@ -2,8 +2,9 @@
 
 A report is built as a :class:`sleight.render.Report` (heading, paragraph, table, figure, code
 blocks) from the summary (:class:`~sleight.readout.forecast.pipeline.ForecastSummary`,
-:class:`~sleight.readout.ptrue.pipeline.PTrueSummary`) and the per-row readings; :mod:`sleight.render` renders the
-same blocks to Markdown and to a self-contained HTML page (figures embedded), with its one cell
+:class:`~sleight.readout.ptrue.pipeline.PTrueSummary`), the run's description (:class:`RunMeta`,
+also the head of summary.json) and the per-row readings; :mod:`sleight.render` renders the same
+blocks to Markdown and to a self-contained HTML page (figures embedded), with its one cell
 formatter, and both files are written atomically. :func:`roc_points` is the only maths here;
 :func:`forecast_lines` and :func:`ptrue_lines` are what the commands print.
 """
@@ -13,19 +14,76 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sleight import rundir
-from sleight.render import MISSING, Code, Figure, Heading, Para, Report, Table, fmt, interval, to_html, to_markdown, top_count
+from sleight.render import (
+    MISSING,
+    Code,
+    Figure,
+    Heading,
+    Para,
+    Report,
+    Table,
+    fmt,
+    interval,
+    is_missing,
+    to_html,
+    to_markdown,
+    top_count,
+)
 
 if TYPE_CHECKING:  # the pipelines are imported where a report needs them
-    from sleight.readout.forecast.pipeline import ForecastSummary
-    from sleight.readout.ptrue.pipeline import PTrueSummary
+    from sleight.readout.forecast.pipeline import ForecastSummary, ReaderSummary
+    from sleight.readout.ptrue.pipeline import PTrueSummary, SettingSummary
+    from sleight.stats.downstream import JsonRecord, PairedDifference
 
-__all__ = ["Code", "Figure", "Heading", "Para", "Report", "Table", "forecast_report", "ptrue_report", "write_report"]
+__all__ = ["Code", "Figure", "Heading", "Para", "Report", "RunMeta", "Table", "forecast_report", "ptrue_report", "write_report"]
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """The run's description: what heads summary.json and fills the report's Run table, taken from
+    the manifest (kind, command line, items file, model) with the scoring's ``B`` and ``seed``, so the
+    report reads attributes rather than walking the manifest. Field names and order are summary.json's
+    keys; ``instruct`` (the rendering of the P(True) prompt, lm-polygraph's instruct flag) is written
+    for ptrue runs only. Values from an older manifest that lacks a key are None."""
+
+    kind: str | None
+    command: str | None
+    items: str | None
+    n_items: int | None
+    model: Mapping[str, object] | None  # the model's description (model_id, engine, dtype, device, revision, ...)
+    instruct: bool | None
+    seconds: float | None
+    B: int
+    seed: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], seconds: float | None, B: int, seed: int) -> RunMeta:
+        instruct = (manifest.get("config") or {}).get("instruct", True) if manifest.get("kind") == "ptrue" else None
+        get = manifest.get
+        return cls(get("kind"), get("command"), get("items"), get("n_items"), get("model"), instruct, seconds, B, seed)
+
+    def as_json(self) -> dict[str, object]:
+        """The description as summary.json's first keys."""
+        out: dict[str, object] = {"kind": self.kind, "command": self.command, "items": self.items, "n_items": self.n_items}
+        out["model"] = self.model
+        if self.kind == "ptrue":
+            out["instruct"] = self.instruct
+        out.update(seconds=self.seconds, B=self.B, seed=self.seed)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunMeta:
+        """The description back from summary.json (the summary's own keys there are ignored)."""
+        get = d.get
+        described = (get("kind"), get("command"), get("items"), get("n_items"), get("model"), get("instruct"), get("seconds"))
+        return cls(*described, B=int(d["B"]), seed=int(d["seed"]))
 
 
 def write_report(report: Report, folder: Path) -> tuple[Path, Path]:
@@ -36,9 +94,10 @@ def write_report(report: Report, folder: Path) -> tuple[Path, Path]:
     return md, page
 
 
-def _ci(d: Mapping[str, Any] | None, key: str = "estimate") -> str:
-    """``0.612 [0.401, 0.800]``; the missing mark when the metric is undefined (one class only)."""
-    return interval(d, key=key)
+def _ci(d: JsonRecord | None, key: str = "estimate") -> str:
+    """``0.612 [0.401, 0.800]`` of an interval record; the missing mark when the metric is undefined
+    (one class only)."""
+    return interval(None if d is None else d.as_json(), key=key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,16 +195,16 @@ CAVEAT = (
 )
 
 
-def _run_table(meta: Mapping[str, Any]) -> Table:
-    info = meta.get("model", {})
+def _run_table(meta: RunMeta) -> Table:
+    info = meta.model or {}
     rows = [
         ["model", f"{info.get('model_id', '?')} ({info.get('engine', '?')}, {info.get('dtype', '?')}, {info.get('device', '?')})"],
         ["model file sha256", str(info.get("revision", ""))[:16] or MISSING],
         ["chat template sha256", str(info.get("chat_template_sha256", ""))[:16] or MISSING],
-        ["items", f"{meta.get('items', '?')} ({meta.get('n_items', '?')} used)"],
-        ["bootstrap", f"B = {meta.get('B')}, seed {meta.get('seed')}, percentile intervals"],
-        ["command", f"`{meta.get('command', '')}`"],
-        ["wall time", f"{fmt(meta.get('seconds'), digits=1)} s"],
+        ["items", f"{meta.items} ({meta.n_items} used)"],
+        ["bootstrap", f"B = {meta.B}, seed {meta.seed}, percentile intervals"],
+        ["command", f"`{meta.command}`"],
+        ["wall time", f"{fmt(meta.seconds, digits=1)} s"],
     ]
     return Table(["", "value"], rows)
 
@@ -160,9 +219,9 @@ def _forecast_method(summary: ForecastSummary) -> list[Any]:
         Heading("What was measured"),
         Para(
             f"For each item the model wrote its own note about the passage with App. H's writer (greedy, kept when it ends at "
-            f"end-of-sequence with 1 to {n.get('max_words')} words, an over-budget or unfinished attempt retried up to "
-            f"{n.get('retries')} times at a smaller budget; {fmt(n.get('kept'))} of {summary.n_items} notes kept, "
-            f"{fmt(n.get('retried'))} after a retry, mean {fmt(n.get('mean_words'), digits=1)} words; an item without a kept note "
+            f"end-of-sequence with 1 to {n.max_words} words, an over-budget or unfinished attempt retried up to "
+            f"{n.retries} times at a smaller budget; {fmt(n.kept)} of {summary.n_items} notes kept, "
+            f"{fmt(n.retried)} after a retry, mean {fmt(n.mean_words, digits=1)} words; an item without a kept note "
             "is read with an empty note). Then, reading only the note and the quoted item, it picked "
             "the option A-D with the highest full-sequence log-probability: that reader's correctness against the gold letter "
             "is the target. Finally it was asked to forecast how many of 100 such readers answer correctly, read at the "
@@ -173,17 +232,17 @@ def _forecast_method(summary: ForecastSummary) -> list[Any]:
     ]
 
 
-def _reader_table(rd: Mapping[str, Any]) -> Table:
+def _reader_table(rd: ReaderSummary) -> Table:
     """The note-only reader with unspaced and spaced option strings."""
     return Table(
         ["option strings", "accuracy", "choices", "median option mass", "below floor"],
         [
-            ["unspaced `A`..`D`" + (" (target)" if rd.get("target", "unspaced") == "unspaced" else ""), fmt(rd["accuracy"]), fmt(rd["choices"]), fmt(rd["mass"]["median"]), f"{rd['mass']['below_floor']}/{rd['mass']['n']}"],
-            ["spaced ` A`..` D`" + (" (target)" if rd.get("target") == "spaced" else ""), fmt(rd["accuracy_spaced"]), fmt(rd["choices_spaced"]), fmt(rd["mass_spaced"]["median"]), f"{rd['mass_spaced']['below_floor']}/{rd['mass_spaced']['n']}"],
+            ["unspaced `A`..`D`" + (" (target)" if rd.target == "unspaced" else ""), fmt(rd.accuracy), fmt(rd.choices), fmt(rd.mass.median), f"{rd.mass.below_floor}/{rd.mass.n}"],
+            ["spaced ` A`..` D`" + (" (target)" if rd.target == "spaced" else ""), fmt(rd.accuracy_spaced), fmt(rd.choices_spaced), fmt(rd.mass_spaced.median), f"{rd.mass_spaced.below_floor}/{rd.mass_spaced.n}"],
         ],
         note=(
-            f"Spaced and unspaced readers pick the same letter on {rd['n_agree']} of {rd['n_compared']} items "
-            f"(agreement {fmt(rd['spaced_unspaced_agreement'])}). Gold letters: {fmt(rd['gold'])}."
+            f"Spaced and unspaced readers pick the same letter on {rd.n_agree} of {rd.n_compared} items "
+            f"(agreement {fmt(rd.spaced_unspaced_agreement)}). Gold letters: {fmt(rd.gold)}."
         ),
     )
 
@@ -198,35 +257,39 @@ def _positions_table(summary: ForecastSummary) -> Table:
         [
             [
                 p,
-                _ci(pos[p]["auroc"]),
-                _ci(pos[p]["brier"]),
-                fmt(pos[p]["mean_forecast"]),
-                fmt(pos[p]["mass"]["median"], digits=4),
-                fmt(pos[p]["mass"]["min"], digits=4),
-                f"{pos[p]['mass']['below_floor']}/{pos[p]['mass']['n']}",
-                top_count(pos[p]["argmax_class"]),
-                top_count(pos[p]["continuation_class"]),
+                _ci(pos[p].auroc),
+                _ci(pos[p].brier),
+                fmt(pos[p].mean_forecast),
+                fmt(pos[p].mass.median, digits=4),
+                fmt(pos[p].mass.min, digits=4),
+                f"{pos[p].mass.below_floor}/{pos[p].mass.n}",
+                top_count(pos[p].argmax_class),
+                top_count(pos[p].continuation_class),
             ]
             for p in POSITIONS
         ],
         note=(
             f"Scored on {summary.n_scored} items in {summary.n_clusters} passage clusters. Brier references: a constant "
-            f"forecast of 0.5 scores {fmt(summary.brier_reference['constant_0.5'])}; the in-sample base rate "
-            f"({fmt(summary.brier_reference['base_rate_value'])}) scores {fmt(summary.brier_reference['base_rate'])}. "
+            f"forecast of 0.5 scores {fmt(summary.brier_reference.constant_half)}; the in-sample base rate "
+            f"({fmt(summary.brier_reference.base_rate_value)}) scores {fmt(summary.brier_reference.base_rate)}. "
             "Mass is the probability of the options' distinct first tokens at the scored position (floor 0.5). "
             f"{UNDEFINED}"
         ),
     )
 
 
-def _gain_table(g: Mapping[str, Any]) -> Table:
+def _gain_row(m: str, d: PairedDifference | None) -> list[str]:
+    """One metric's gain: the two estimates, the gain and its interval (missing marks without scored items)."""
+    if d is None:
+        return [m, fmt(None), fmt(None), fmt(None), f"[{fmt(None)}, {fmt(None)}]"]
+    return [m, fmt(d.estimate_a), fmt(d.estimate_b), fmt(d.gain), f"[{fmt(d.gain_low)}, {fmt(d.gain_high)}]"]
+
+
+def _gain_table(g: Mapping[str, PairedDifference | None]) -> Table:
     """Stem minus original for AUROC and Brier, with the paired bootstrap interval of the gain."""
     return Table(
         ["metric", "stem", "original", "gain (positive = stem better)", "95% CI of the gain"],
-        [
-            [m, fmt((g[m] or {}).get("estimate_a")), fmt((g[m] or {}).get("estimate_b")), fmt((g[m] or {}).get("gain")), f"[{fmt((g[m] or {}).get('gain_low'))}, {fmt((g[m] or {}).get('gain_high'))}]"]
-            for m in ("auroc", "brier")
-        ],
+        [_gain_row(m, g[m]) for m in ("auroc", "brier")],
         note="Both positions are resampled on the same replicates, whole passages at a time (clusters = passages; one item per passage makes them items).",
     )
 
@@ -255,7 +318,8 @@ def _forecast_figures(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]
     curves, panels = {}, {}
     for p in POSITIONS:
         pr = [r for r in rows if r["position"] == p and r["correct"] is not None and r["score"] is not None]
-        curves[p], panels[p] = _curve_and_panel(pr, [float(r["correct"]) for r in pr], (summary.positions[p]["auroc"] or {}).get("estimate"))
+        auc = summary.positions[p].auroc
+        curves[p], panels[p] = _curve_and_panel(pr, [float(r["correct"]) for r in pr], None if auc is None else auc.estimate)
     _plot_pair(
         folder, ("roc.png", "mass_vs_score.png"), curves, panels,
         ("Forecast p_S vs the reader's correctness", "Option mass at the scored position vs forecast"), "forecast p_S",
@@ -304,7 +368,7 @@ def _worked_example(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]])
     ]
 
 
-def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]], meta: RunMeta, folder: Path) -> Report:
     """The reader-forecast report; writes its plots into ``folder``."""
     rep = Report("Reader forecast: does the forecast rank the reader's correctness?")
     rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
@@ -317,13 +381,13 @@ def forecast_report(summary: ForecastSummary, rows: Sequence[Mapping[str, Any]],
     return rep
 
 
-def _ptrue_method(meta: Mapping[str, Any]) -> list[Any]:
+def _ptrue_method(meta: RunMeta) -> list[Any]:
     """What the P(True) run measured: the prompt, its five readings, and the two answer settings."""
     from sleight.readout.ptrue.readouts import PTRUE_TEMPLATE
 
     rendering = (
         "wrapped as one user turn with the generation prompt"
-        if meta.get("instruct", True)
+        if meta.instruct is not False  # None: not recorded, lm-polygraph's default (instruct)
         else "as a raw prompt string with no chat template (lm-polygraph's instruct=False)"
     )
     return [
@@ -346,7 +410,7 @@ def _ptrue_method(meta: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def _readouts_table(s: Mapping[str, Any]) -> Table:
+def _readouts_table(s: SettingSummary) -> Table:
     """One setting's five readouts: AUROC, PRR, options, option mass and what the model would say."""
     from sleight.readout.ptrue.readouts import READOUT_LABELS
     from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
@@ -356,17 +420,18 @@ def _readouts_table(s: Mapping[str, Any]) -> Table:
         [
             [
                 READOUT_LABELS[r],
-                str(s["readouts"][r]["n_scored"]),
-                _ci(s["readouts"][r]["auroc"]),
-                _ci(s["readouts"][r]["prr"]),
-                " / ".join(f"`{o}`" for o in s["readouts"][r]["options"]),
-                fmt(s["readouts"][r]["mass"]["median"], digits=4),
-                f"{s['readouts'][r]['mass']['below_floor']}/{s['readouts'][r]['mass']['n']}",
-                top_count(s["readouts"][r]["argmax_class"]),
-                top_count(s["readouts"][r]["argmax_token"]),
-                top_count(s["readouts"][r]["continuation_class"]),
+                str(d.n_scored),
+                _ci(d.auroc),
+                _ci(d.prr),
+                " / ".join(f"`{o}`" for o in d.options),
+                fmt(d.mass.median, digits=4),
+                f"{d.mass.below_floor}/{d.mass.n}",
+                top_count(d.argmax_class),
+                top_count(d.argmax_token),
+                top_count(d.continuation_class),
             ]
             for r in READOUTS
+            for d in (s.readouts[r],)
         ],
         note=(
             "Library and Renormalised share one scored position, so their mass and argmax are the same; mass is over the "
@@ -375,7 +440,7 @@ def _readouts_table(s: Mapping[str, Any]) -> Table:
     )
 
 
-def _vs_library_table(s: Mapping[str, Any]) -> Table:
+def _vs_library_table(s: SettingSummary) -> Table:
     """One setting's readouts minus Library, on the paired bootstrap."""
     from sleight.readout.ptrue.readouts import READOUT_LABELS
     from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
@@ -385,8 +450,8 @@ def _vs_library_table(s: Mapping[str, Any]) -> Table:
         [
             [
                 READOUT_LABELS[r],
-                _ci(s["vs_library"][r]["auroc"], "diff"),
-                _ci(s["vs_library"][r]["prr"], "diff"),
+                _ci(s.vs_library[r]["auroc"], "diff"),
+                _ci(s.vs_library[r]["prr"], "diff"),
             ]
             for r in READOUTS
             if r != "library"
@@ -395,7 +460,7 @@ def _vs_library_table(s: Mapping[str, Any]) -> Table:
     )
 
 
-def _ptrue_figures(setting: str, s: Mapping[str, Any], srows: Sequence[Mapping[str, Any]], folder: Path) -> list[Any]:
+def _ptrue_figures(setting: str, s: SettingSummary, srows: Sequence[Mapping[str, Any]], folder: Path) -> list[Any]:
     """Plot one setting's five readouts against the label; the figure blocks."""
     from sleight.readout.ptrue.readouts import READOUT_LABELS
     from sleight.readout.ptrue.readouts import READOUT_NAMES as READOUTS
@@ -403,7 +468,8 @@ def _ptrue_figures(setting: str, s: Mapping[str, Any], srows: Sequence[Mapping[s
     curves, panels = {}, {}
     for r in READOUTS:
         rr = [x for x in srows if x["readout"] == r and x["score"] is not None]
-        auc = (s["readouts"][r]["auroc"] or {}).get("estimate")
+        m = s.readouts[r].auroc
+        auc = None if m is None else m.estimate
         prob = [math.exp(x["score"]) if r == "library" else x["score"] for x in rr]
         curves[READOUT_LABELS[r]], panels[READOUT_LABELS[r]] = _curve_and_panel(rr, [x["label"] for x in rr], auc, prob)
     roc, scat = f"roc_{setting}.png", f"mass_vs_score_{setting}.png"
@@ -427,14 +493,14 @@ def _own_answers_table(srows: Sequence[Mapping[str, Any]]) -> Table:
     )
 
 
-def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], folder: Path) -> Report:
+def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta: RunMeta, folder: Path) -> Report:
     """The P(True) report; writes its plots into ``folder``."""
     rep = Report("P(True): do five readouts of the same prompt rank answer correctness?")
     rep.add(Para(CAVEAT), Heading("Run"), _run_table(meta))
     rep.add(*_ptrue_method(meta))
     for setting, s in summary.settings.items():
         rep.add(Heading(f"Setting: {setting}"))
-        rep.add(Para(f"{s['n_pairs']} pairs in {s['n_clusters']} clusters; {s['n_correct']} labelled correct ({fmt(s['rate_correct'])})."))
+        rep.add(Para(f"{s.n_pairs} pairs in {s.n_clusters} clusters; {s.n_correct} labelled correct ({fmt(s.rate_correct)})."))
         rep.add(_readouts_table(s), _vs_library_table(s))
         srows = [r for r in rows if r["setting"] == setting]
         rep.add(*_ptrue_figures(setting, s, srows, folder))
@@ -448,18 +514,18 @@ def ptrue_report(summary: PTrueSummary, rows: Sequence[Mapping[str, Any]], meta:
 # ---------------------------------------------------------------------------------------------
 
 
-def _gain(d: Mapping[str, Any] | None) -> str:
-    if not d or d.get("gain") is None:
+def _gain(d: PairedDifference | None) -> str:
+    if d is None or is_missing(d.gain):
         return MISSING
-    return f"{fmt(d['gain'])} [{fmt(d.get('gain_low'))}, {fmt(d.get('gain_high'))}]"
+    return f"{fmt(d.gain)} [{fmt(d.gain_low)}, {fmt(d.gain_high)}]"
 
 
 def forecast_lines(summary: ForecastSummary) -> list[str]:
     """The forecast run in a few lines: the reader, each position, the gain."""
     rd, pos, g = summary.reader, summary.positions, summary.gain
-    lines = [f"reader accuracy {fmt(rd['accuracy'])} (spaced {fmt(rd['accuracy_spaced'])}; spaced/unspaced agree on {rd['n_agree']}/{rd['n_compared']})"]
+    lines = [f"reader accuracy {fmt(rd.accuracy)} (spaced {fmt(rd.accuracy_spaced)}; spaced/unspaced agree on {rd.n_agree}/{rd.n_compared})"]
     for p in ("original", "stem"):
-        lines.append(f"{p:>8}: AUROC {interval(pos[p]['auroc'])}  Brier {interval(pos[p]['brier'])}  median mass {fmt(pos[p]['mass']['median'])}")
+        lines.append(f"{p:>8}: AUROC {_ci(pos[p].auroc)}  Brier {_ci(pos[p].brier)}  median mass {fmt(pos[p].mass.median)}")
     lines.append(f"stem - original: AUROC gain {_gain(g['auroc'])}  Brier gain {_gain(g['brier'])}  (constant-0.5 Brier 0.250)")
     return lines
 
@@ -470,10 +536,10 @@ def ptrue_lines(summary: PTrueSummary) -> list[str]:
 
     lines = []
     for setting, st in summary.settings.items():
-        lines.append(f"[{setting}] {st['n_pairs']} pairs, {st['n_correct']} correct")
-        for r, d in st["readouts"].items():
+        lines.append(f"[{setting}] {st.n_pairs} pairs, {st.n_correct} correct")
+        for r, d in st.readouts.items():
             lines.append(
-                f"  {READOUT_LABELS[r]:<16} AUROC {interval(d['auroc'])}  PRR {interval(d['prr'])}  median mass {fmt(d['mass']['median'])}  "
-                f"argmax {next(iter(d['argmax_class']), MISSING)}"
+                f"  {READOUT_LABELS[r]:<16} AUROC {_ci(d.auroc)}  PRR {_ci(d.prr)}  median mass {fmt(d.mass.median)}  "
+                f"argmax {next(iter(d.argmax_class), MISSING)}"
             )
     return lines

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,8 +36,10 @@ from sleight.readout.ptrue.answers import POLYGRAPH_STOP
 from sleight.rundir import RunDir
 
 if TYPE_CHECKING:  # the pipelines are imported where used (_kind_parts)
-    from sleight.readout.forecast.pipeline import ForecastSummary
-    from sleight.readout.ptrue.pipeline import PTrueSummary
+    from sleight.readout.forecast.pipeline import ForecastRow, ForecastSummary
+    from sleight.readout.ptrue.pipeline import PTrueRow, PTrueSummary
+
+ReadingsRow: TypeAlias = "ForecastRow | PTrueRow"  # one row of readings.parquet, as its pipeline writes it
 
 PARTS = "parts"
 READINGS = "readings.parquet"
@@ -82,7 +84,7 @@ class Pipeline:
 
     kind: str
     schema: pa.Schema
-    work: Callable[[Any, list[Any], list[int]], list[dict[str, Any]]]  # (model, chunk items, their indices) -> rows
+    work: Callable[[Any, list[Any], list[int]], Sequence[ReadingsRow]]  # (model, chunk items, their indices) -> rows
     rows_per_item: Callable[[Any], int]
     order: Callable[[Mapping[str, Any], Mapping[str, int]], tuple]  # sort key of a row, given item index by id
     group: Callable[[Any], str] | None = None  # items with one group key are never split across parts
@@ -113,7 +115,7 @@ def chunk_key(chunk: Sequence[int]) -> str:
 
 @dataclass
 class RunResult:
-    rows: list[dict[str, Any]]
+    rows: list[ReadingsRow]
     manifest: dict[str, Any]
     new_items: int
     resumed_items: int
@@ -184,15 +186,15 @@ def run_pipeline(
     return RunResult(rows, run.require(), sum(len(c) for c in todo), resumed)
 
 
-def _ordered(paths: Sequence[Path], pipeline: Pipeline, index: Mapping[str, int]) -> list[dict[str, Any]]:
+def _ordered(paths: Sequence[Path], pipeline: Pipeline, index: Mapping[str, int]) -> list[ReadingsRow]:
     """Rows of the given parts in the pipeline's canonical order (the order of an uninterrupted run)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ReadingsRow] = []
     for p in paths:
-        rows += pq.read_table(p, schema=pipeline.schema).to_pylist()
+        rows += cast("list[ReadingsRow]", pq.read_table(p, schema=pipeline.schema).to_pylist())  # read in the pipeline's own schema
     return sorted(rows, key=lambda r: pipeline.order(r, index))
 
 
-def read_readings(out: Path | str, kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def read_readings(out: Path | str, kind: str) -> tuple[list[ReadingsRow], dict[str, Any]]:
     """The rows and the manifest of a finished run (``--rescore``); one line when there are none."""
     run = RunDir(out, kind)
     manifest = run.require(f"--rescore needs a finished run of 'sleight readout {kind}' in it")
@@ -202,7 +204,7 @@ def read_readings(out: Path | str, kind: str) -> tuple[list[dict[str, Any]], dic
     why = rundir.verify_part(path)
     if why is not None:
         raise UserError(f"{path} is damaged ({why}); run the command again without --rescore to redo it")
-    return pq.read_table(path).to_pylist(), manifest
+    return cast("list[ReadingsRow]", pq.read_table(path).to_pylist()), manifest  # verified: the kind's schema
 
 
 def work_seconds(manifest: Mapping[str, Any]) -> float | None:
@@ -214,6 +216,20 @@ def work_seconds(manifest: Mapping[str, Any]) -> float | None:
 # ------------------------------------------------------------------------------------------------
 # the two commands as library calls
 # ------------------------------------------------------------------------------------------------
+
+Setting = str | int | float | bool  # one setting's value in the manifest's config (a flag's value)
+
+
+class ItemsRecord(TypedDict):
+    """The items of a run as the manifest's config records them (a resume with other items is refused).
+    A TypedDict, not a dataclass: it is written into manifest.json unchanged and only compared there."""
+
+    path: str
+    n: int
+    sha256: str
+
+
+ConfigValue = Setting | None | list[str] | ItemsRecord  # a value of the manifest's config (limit: None; answer_stop: a list)
 
 
 @dataclass(frozen=True)
@@ -255,22 +271,22 @@ class DownstreamConfig:
     def _counts(self) -> tuple[str, ...]:
         return ()
 
-    def _own(self) -> dict[str, Any]:
+    def _own(self) -> dict[str, Setting]:
         """The kind's own settings, in the manifest's config and the command line."""
         return {}
 
-    def _fixed(self) -> dict[str, Any]:
+    def _fixed(self) -> dict[str, Setting | list[str]]:
         """What the kind fixes (no flag changes it), in the manifest's config only: a run made
         before it was fixed so is refused a resume instead of mixing two protocols."""
         return {}
 
-    def record(self, items_path: str, items: Sequence[Any]) -> dict[str, Any]:
+    def record(self, items_path: str, items: Sequence[Any]) -> dict[str, ConfigValue]:
         """The manifest's config: what decides the readings (a resume with another value is refused)."""
         return {
             "model": self.model,
             "engine": self.engine,
             "dtype": self.weights_dtype,
-            "items": {"path": items_path, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])},
+            "items": ItemsRecord(path=items_path, n=len(items), sha256=rundir.digest([repr(it) for it in items])),
             **({"data": self.data} if self.data else {}),
             "limit": self.limit,
             "continuation_tokens": self.continuation_tokens,
@@ -322,10 +338,10 @@ class ForecastConfig(DownstreamConfig):
     def _counts(self) -> tuple[str, ...]:
         return ("note_words", "note_tokens")
 
-    def _own(self) -> dict[str, Any]:
+    def _own(self) -> dict[str, Setting]:
         return {"note_words": self.note_words, "note_tokens": self.note_tokens, "reader": self.reader}
 
-    def _fixed(self) -> dict[str, Any]:
+    def _fixed(self) -> dict[str, Setting | list[str]]:
         from sleight.readout.audit.notes import NOTE_RETRIES
 
         # App. H's writer (issue 34 item 1): a run whose notes were cut to 32 words by the old writer is refused a resume
@@ -381,13 +397,13 @@ class PTrueConfig(DownstreamConfig):
     def _counts(self) -> tuple[str, ...]:
         return ("max_new_tokens",)
 
-    def _own(self) -> dict[str, Any]:
-        own: dict[str, Any] = {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
+    def _own(self) -> dict[str, Setting]:
+        own: dict[str, Setting] = {"answers": self.answers, "max_new_tokens": self.max_new_tokens, "instruct": self.instruct}
         if self.decode == "sampled":
             own.update(decode=self.decode, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, sample_seed=self.sample_seed)
         return own
 
-    def _fixed(self) -> dict[str, Any]:
+    def _fixed(self) -> dict[str, Setting | list[str]]:
         return {"answer_stop": list(POLYGRAPH_STOP)}  # own answers end at the first newline (App. E's lm-polygraph configs)
 
 
@@ -397,7 +413,7 @@ class DownstreamResult:
     description, which is the manifest's), the manifest."""
 
     out: Path
-    rows: list[dict[str, Any]]
+    rows: list[ReadingsRow]
     summary: ForecastSummary | PTrueSummary
     manifest: dict[str, Any]
     new_items: int = 0
@@ -415,7 +431,7 @@ def _forecast_pipeline(config: ForecastConfig, all_items: Sequence[Any], prog: S
 
     clusters = cluster_codes([it.passage for it in all_items])  # over the whole run, not per part
 
-    def work(model: Any, items: list[Any], indices: list[int]) -> list[dict[str, Any]]:
+    def work(model: Any, items: list[Any], indices: list[int]) -> list[ForecastRow]:
         return fp.run_forecast(
             model, items, max_words=config.note_words, note_max_new_tokens=config.note_tokens,
             continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
@@ -443,7 +459,7 @@ def _ptrue_pipeline(config: PTrueConfig, _all_items: Sequence[Any], prog: SweepP
     def order(r: Mapping[str, Any], index: Mapping[str, int]) -> tuple:
         return (pp.SETTINGS.index(r["setting"]), index[r["item_id"]], sources.index(r["answer_source"]), READOUT_NAMES.index(r["readout"]))
 
-    def work(model: Any, items: list[Any], _indices: list[int]) -> list[dict[str, Any]]:
+    def work(model: Any, items: list[Any], _indices: list[int]) -> list[PTrueRow]:
         return pp.run_ptrue(
             model, items, settings=settings, instruct=config.instruct, max_new_tokens=config.max_new_tokens,
             continuation_tokens=config.continuation_tokens, status=prog.status, progress=prog.tokens,
@@ -471,23 +487,15 @@ def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[...
     return load_qa_items, DEFAULT_ITEMS, pp.summarise, rep.ptrue_report
 
 
-def _meta(manifest: Mapping[str, Any], seconds: float | None, B: int, seed: int) -> dict[str, Any]:
-    """The run's description in summary.json and the report."""
-    keep = {k: manifest.get(k) for k in ("kind", "command", "items", "n_items", "model")}
-    if manifest.get("kind") == "ptrue":  # the rendering of the prompt (lm-polygraph's instruct flag)
-        keep["instruct"] = (manifest.get("config") or {}).get("instruct", True)
-    return {**keep, "seconds": seconds, "B": B, "seed": seed}
-
-
-def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[dict[str, Any]], B: int, seed: int) -> ForecastSummary | PTrueSummary:
+def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[ReadingsRow], B: int, seed: int) -> ForecastSummary | PTrueSummary:
     """summary.json (the run's description, then the summary) and the reports from the rows (the
     bootstrap runs here, no model needed)."""
-    from sleight.readout.downstream_report import write_report
+    from sleight.readout.downstream_report import RunMeta, write_report
 
     _load, _default, summarise, build_report = _kind_parts(kind)
-    meta = _meta(manifest, manifest.get("seconds", work_seconds(manifest)), B, seed)
+    meta = RunMeta.from_manifest(manifest, manifest.get("seconds", work_seconds(manifest)), B, seed)
     summary = summarise(rows, B=B, seed=seed)
-    rundir.write_json(out / "summary.json", {**meta, **summary.as_json()})
+    rundir.write_json(out / "summary.json", {**meta.as_json(), **summary.as_json()})
     write_report(build_report(summary, rows, meta, out), out)
     return summary
 

@@ -1,11 +1,14 @@
-"""Does a score rank its target? Metrics with intervals and paired differences, as plain records.
+"""Does a score rank its target? Metrics with intervals and paired differences, as frozen records.
 
 The downstream commands (``sleight readout forecast`` / ``ptrue``) score several readouts of the same
-items against one binary target. This module turns arrays into JSON-ready dictionaries using
-:mod:`sleight.stats` only: a percentile (cluster) bootstrap interval per metric, and for every
-comparison a *paired* bootstrap, both readouts resampled on the same replicates, because the two
-readouts share their items and comparing two separate intervals would overstate the uncertainty of
-the difference. Pure functions; no model, no I/O.
+items against one binary target. This module turns arrays into frozen records using
+:mod:`sleight.stats` only: a percentile (cluster) bootstrap interval per metric
+(:class:`MetricInterval`), and for every comparison a *paired* bootstrap (:class:`PairedDifference`),
+both readouts resampled on the same replicates, because the two readouts share their items and
+comparing two separate intervals would overstate the uncertainty of the difference. Each record's
+``as_json`` is the JSON object summary.json has always held (its keys in their order) and
+``from_json`` reads one back; :func:`clean` writes records nested anywhere in a summary as that JSON.
+Pure functions; no model, no I/O.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from sleight.stats import auroc, bootstrap_ci, brier, paired_bootstrap, prr
 
@@ -34,8 +38,226 @@ METRICS: dict[str, tuple[Callable[..., Any], str]] = {
 }
 
 
+Scalar = str | int | float | bool | None  # a value of a JSON record (NaN until clean() makes it null)
+
+
+def _num(v: Any) -> float:
+    """A float of a record read back from JSON, where null is the NaN :func:`clean` wrote as null."""
+    return math.nan if v is None else float(v)
+
+
+class JsonRecord:
+    """A frozen record of this module: ``as_json`` is its JSON object, which :func:`clean` writes
+    wherever the record sits in a summary (so the summaries' files keep their shape)."""
+
+    def as_json(self) -> Mapping[str, object]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MetricInterval(JsonRecord):
+    """One metric of a score against a 0/1 target with its percentile bootstrap interval, as
+    :func:`metric_interval` computes it; field names and order are summary.json's keys. An undefined
+    estimate (one class only) has NaN bounds and ``n_invalid`` None: no interval was computed."""
+
+    metric: str
+    better: str  # "higher" or "lower"
+    n: int
+    estimate: float
+    low: float
+    high: float
+    B: int
+    level: float
+    n_invalid: int | None
+
+    def as_json(self) -> dict[str, Scalar]:
+        return {
+            "metric": self.metric, "better": self.better, "n": self.n, "estimate": self.estimate,
+            "low": self.low, "high": self.high, "B": self.B, "level": self.level, "n_invalid": self.n_invalid,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> MetricInterval:
+        return cls(
+            str(d["metric"]), str(d["better"]), int(d["n"]), _num(d["estimate"]), _num(d["low"]), _num(d["high"]),
+            int(d["B"]), float(d["level"]), d.get("n_invalid"),
+        )
+
+
+@dataclass(frozen=True)
+class PairedDifference(JsonRecord):
+    """``metric(a) - metric(b)`` on the same items with its paired bootstrap interval, as
+    :func:`paired_difference` computes it; field names and order are summary.json's keys. ``gain``
+    (with ``gain_low``/``gain_high``) is the difference signed so that positive means ``a`` is better."""
+
+    metric: str
+    a: str
+    b: str
+    better: str
+    n: int
+    B: int
+    level: float
+    estimate_a: float
+    estimate_b: float
+    diff: float
+    low: float
+    high: float
+    gain: float
+    gain_low: float
+    gain_high: float
+    n_invalid: int | None
+
+    def as_json(self) -> dict[str, Scalar]:
+        return {
+            "metric": self.metric, "a": self.a, "b": self.b, "better": self.better, "n": self.n, "B": self.B, "level": self.level,
+            "estimate_a": self.estimate_a, "estimate_b": self.estimate_b, "diff": self.diff, "low": self.low, "high": self.high,
+            "gain": self.gain, "gain_low": self.gain_low, "gain_high": self.gain_high, "n_invalid": self.n_invalid,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PairedDifference:
+        return cls(
+            str(d["metric"]), str(d["a"]), str(d["b"]), str(d["better"]), int(d["n"]), int(d["B"]), float(d["level"]),
+            estimate_a=_num(d["estimate_a"]), estimate_b=_num(d["estimate_b"]), diff=_num(d["diff"]),
+            low=_num(d["low"]), high=_num(d["high"]), gain=_num(d["gain"]), gain_low=_num(d["gain_low"]),
+            gain_high=_num(d["gain_high"]), n_invalid=d.get("n_invalid"),
+        )
+
+
+@dataclass(frozen=True)
+class MassSummary(JsonRecord):
+    """Option-mass diagnostics of one scored position (:func:`mass_summary`); field names and order
+    are summary.json's keys. ``median``/``min`` are NaN when no mass is defined."""
+
+    n: int
+    n_defined: int
+    n_boundary_not_preserved: int
+    median: float
+    min: float
+    below_floor: int
+    floor: float
+    collapsed: bool
+
+    def as_json(self) -> dict[str, Scalar]:
+        return {
+            "n": self.n, "n_defined": self.n_defined, "n_boundary_not_preserved": self.n_boundary_not_preserved,
+            "median": self.median, "min": self.min, "below_floor": self.below_floor, "floor": self.floor,
+            "collapsed": self.collapsed,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> MassSummary:
+        return cls(
+            int(d["n"]), int(d["n_defined"]), int(d["n_boundary_not_preserved"]), _num(d["median"]), _num(d["min"]),
+            int(d["below_floor"]), float(d["floor"]), bool(d["collapsed"]),
+        )
+
+
+@dataclass(frozen=True)
+class LetterAuroc(JsonRecord):
+    """AUROC on the items of one gold letter (:func:`per_letter_auroc`): ``n`` items, ``n_positive``
+    of them labelled 1; ``auroc`` NaN when the letter has one class only."""
+
+    n: int
+    n_positive: int
+    auroc: float
+
+    def as_json(self) -> dict[str, Scalar]:
+        return {"n": self.n, "n_positive": self.n_positive, "auroc": self.auroc}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LetterAuroc:
+        return cls(int(d["n"]), int(d["n_positive"]), _num(d["auroc"]))
+
+
+@dataclass(frozen=True)
+class AnswerLetterInterval(JsonRecord):
+    """App. E's answer-letter AUROC with its percentile interval (:func:`answer_letter_auroc_interval`).
+    Its JSON has no ``better`` and, where the estimate is undefined, no ``n_invalid`` key (None here)."""
+
+    n: int
+    estimate: float
+    low: float
+    high: float
+    B: int
+    level: float
+    n_invalid: int | None = None
+    metric: str = "answer_letter_auroc"
+
+    def as_json(self) -> dict[str, Scalar]:
+        out: dict[str, Scalar] = {
+            "metric": self.metric, "n": self.n, "estimate": self.estimate, "low": self.low, "high": self.high,
+            "B": self.B, "level": self.level,
+        }
+        if self.n_invalid is not None:
+            out["n_invalid"] = self.n_invalid
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AnswerLetterInterval:
+        est, low, high = _num(d["estimate"]), _num(d["low"]), _num(d["high"])
+        return cls(int(d["n"]), est, low, high, int(d["B"]), float(d["level"]), d.get("n_invalid"), str(d["metric"]))
+
+
+@dataclass(frozen=True)
+class LooInterval(JsonRecord):
+    """One checkpoint left out (:func:`leave_one_out_intervals`): the mean of the others' estimates
+    and the percentile interval of their per-replicate means."""
+
+    estimate: float
+    low: float
+    high: float
+
+    def as_json(self) -> dict[str, Scalar]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LooInterval:
+        return cls(_num(d["estimate"]), _num(d["low"]), _num(d["high"]))
+
+
+@dataclass(frozen=True)
+class LeaveOneOut(JsonRecord):
+    """An aggregate over checkpoints and the same aggregate with each one left out (:func:`leave_one_out`).
+
+    ``all`` and ``without``'s values are numbers, or arrays for array values (then ``min``, ``max``
+    and ``max_shift`` are None and not in the JSON); ``intervals``, where a caller adds them
+    (:func:`leave_one_out_intervals`), come last in the JSON."""
+
+    n_checkpoints: int
+    all: float | NDArray[np.float64]
+    without: Mapping[str, float | NDArray[np.float64]]
+    min: float | None = None
+    max: float | None = None
+    max_shift: float | None = None
+    intervals: Mapping[str, LooInterval] | None = None
+
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"n_checkpoints": self.n_checkpoints, "all": self.all, "without": dict(self.without)}
+        if self.max_shift is not None:
+            out.update(min=self.min, max=self.max, max_shift=self.max_shift)
+        if self.intervals is not None:
+            out["intervals"] = {k: v.as_json() for k, v in self.intervals.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LeaveOneOut:
+        def value(v: Any) -> float | NDArray[np.float64]:
+            return np.asarray(v, dtype=np.float64) if isinstance(v, list) else _num(v)
+
+        intervals = d.get("intervals")
+        return cls(
+            int(d["n_checkpoints"]), value(d["all"]), {k: value(v) for k, v in d["without"].items()},
+            d.get("min"), d.get("max"), d.get("max_shift"),
+            None if intervals is None else {k: LooInterval.from_json(v) for k, v in intervals.items()},
+        )
+
+
 def clean(x: Any) -> Any:
-    """JSON-safe value: NaN/inf become None (JSON has no NaN), numpy scalars become Python ones."""
+    """JSON-safe value: NaN/inf become None (JSON has no NaN), numpy scalars become Python ones,
+    a record of this module its ``as_json`` object."""
+    if isinstance(x, JsonRecord):
+        return clean(x.as_json())
     if isinstance(x, dict):
         return {k: clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -64,7 +286,7 @@ def metric_interval(
     B: int = 20000,
     seed: int = 0,
     level: float = 0.95,
-) -> dict[str, Any]:
+) -> MetricInterval:
     """One metric of ``scores`` against 0/1 ``labels`` with its percentile bootstrap interval.
 
     The estimate is NaN (JSON null) when the metric is undefined on the sample (AUROC or PRR with
@@ -73,11 +295,10 @@ def metric_interval(
     fn, better = METRICS[metric]
     s, y = _arrays(scores, labels)
     estimate = float(fn(s, y))
-    out: dict[str, Any] = {"metric": metric, "better": better, "n": int(s.size), "estimate": estimate, "low": math.nan, "high": math.nan, "B": B, "level": level, "n_invalid": None}
-    if math.isfinite(estimate):
-        ci = bootstrap_ci(fn, s, y, B=B, seed=seed, level=level, clusters=clusters)
-        out.update(low=ci.low, high=ci.high, n_invalid=ci.n_invalid)
-    return out
+    if not math.isfinite(estimate):
+        return MetricInterval(metric, better, int(s.size), estimate, math.nan, math.nan, B, level, None)
+    ci = bootstrap_ci(fn, s, y, B=B, seed=seed, level=level, clusters=clusters)
+    return MetricInterval(metric, better, int(s.size), estimate, ci.low, ci.high, B, level, ci.n_invalid)
 
 
 def paired_difference(
@@ -92,7 +313,7 @@ def paired_difference(
     level: float = 0.95,
     name_a: str = "a",
     name_b: str = "b",
-) -> dict[str, Any]:
+) -> PairedDifference:
     """``metric(a) - metric(b)`` on the same items, with the paired (cluster) bootstrap interval.
 
     ``gain`` restates the difference so that positive always means ``a`` is better (for Brier,
@@ -101,15 +322,19 @@ def paired_difference(
     fn, better = METRICS[metric]
     a, y = _arrays(scores_a, labels)
     b, _ = _arrays(scores_b, labels)
-    out: dict[str, Any] = {"metric": metric, "a": name_a, "b": name_b, "better": better, "n": int(y.size), "B": B, "level": level}
+    head = (metric, name_a, name_b, better, int(y.size), B, level)
     est_a, est_b = float(fn(a, y)), float(fn(b, y))
     if not (math.isfinite(est_a) and math.isfinite(est_b)):
-        out.update(estimate_a=est_a, estimate_b=est_b, diff=math.nan, low=math.nan, high=math.nan, gain=math.nan, gain_low=math.nan, gain_high=math.nan, n_invalid=None)
-        return out
+        nan = math.nan
+        return PairedDifference(
+            *head, estimate_a=est_a, estimate_b=est_b, diff=nan, low=nan, high=nan, gain=nan, gain_low=nan, gain_high=nan,
+            n_invalid=None,
+        )
     pb = paired_bootstrap(fn, (a, y), (b, y), clusters=clusters, B=B, seed=seed, level=level)
     sign = 1.0 if better == "higher" else -1.0
     lo, hi = sorted((sign * pb.ci_diff.low, sign * pb.ci_diff.high))
-    out.update(
+    return PairedDifference(
+        *head,
         estimate_a=pb.estimate_a,
         estimate_b=pb.estimate_b,
         diff=pb.diff,
@@ -120,10 +345,9 @@ def paired_difference(
         gain_high=hi,
         n_invalid=pb.ci_diff.n_invalid,
     )
-    return out
 
 
-def mass_summary(masses: Sequence[float | None], floor: float = 0.5) -> dict[str, Any]:
+def mass_summary(masses: Sequence[float | None], floor: float = 0.5) -> MassSummary:
     """Option-mass diagnostics of one scored position: median, minimum, below-floor count.
 
     A mass of ``None`` means the option boundary was not preserved (no mass is defined there); such
@@ -131,16 +355,16 @@ def mass_summary(masses: Sequence[float | None], floor: float = 0.5) -> dict[str
     """
     vals = np.asarray([m for m in masses if m is not None and not (isinstance(m, float) and math.isnan(m))], dtype=np.float64)
     n_none = len(masses) - vals.size
-    return {
-        "n": len(masses),
-        "n_defined": int(vals.size),
-        "n_boundary_not_preserved": int(n_none),
-        "median": float(np.median(vals)) if vals.size else math.nan,
-        "min": float(vals.min()) if vals.size else math.nan,
-        "below_floor": int((vals < floor).sum()),
-        "floor": floor,
-        "collapsed": bool(vals.size and float(np.median(vals)) < floor),
-    }
+    return MassSummary(
+        n=len(masses),
+        n_defined=int(vals.size),
+        n_boundary_not_preserved=int(n_none),
+        median=float(np.median(vals)) if vals.size else math.nan,
+        min=float(vals.min()) if vals.size else math.nan,
+        below_floor=int((vals < floor).sum()),
+        floor=floor,
+        collapsed=bool(vals.size and float(np.median(vals)) < floor),
+    )
 
 
 def counts(values: Sequence[Any]) -> dict[str, int]:
@@ -165,7 +389,7 @@ def all_pairs(
     B: int = 20000,
     seed: int = 0,
     level: float = 0.95,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PairedDifference]:
     """:func:`paired_difference` for every pair of readouts (``"a - b"``, ``a`` before ``b`` in
     the mapping's order), each on the same items and the same replicates (one seed), not only
     against one reference readout."""
@@ -177,7 +401,7 @@ def all_pairs(
 
 def per_letter_auroc(
     scores: ArrayLike, labels: ArrayLike, gold_letters: Sequence[str], letters: Sequence[str] = ("A", "B", "C", "D")
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, LetterAuroc]:
     """AUROC of ``scores`` against ``labels`` on the items of each gold letter separately.
 
     A score that merely tracks which letter is gold (a position bias of the reader or of the
@@ -188,12 +412,12 @@ def per_letter_auroc(
     g = np.asarray(list(gold_letters), dtype=object)
     if g.shape != s.shape:
         raise ValueError(f"one gold letter per item: {g.shape} letters for {s.shape} scores")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, LetterAuroc] = {}
     for letter in letters:
         m = g == letter
         n_pos = int(y[m].sum())
         defined = 0 < n_pos < int(m.sum())
-        out[letter] = {"n": int(m.sum()), "n_positive": n_pos, "auroc": float(auroc(s[m], y[m])) if defined else math.nan}
+        out[letter] = LetterAuroc(int(m.sum()), n_pos, float(auroc(s[m], y[m])) if defined else math.nan)
     return out
 
 
@@ -242,16 +466,15 @@ def _answer_letter_stat(*arrays: Any, weights: Any = None) -> Any:
 
 def answer_letter_auroc_interval(
     scores: ArrayLike, labels: ArrayLike, letters: ArrayLike, *, B: int = 10000, seed: int = 0, level: float = 0.95, clusters: ArrayLike | None = None
-) -> dict[str, Any]:
+) -> AnswerLetterInterval:
     """:func:`answer_letter_auroc` with its percentile item-bootstrap interval (App. E)."""
     s, y = _arrays(scores, labels)
     g = np.asarray(letters, dtype=np.float64)
     estimate = float(answer_letter_auroc(s, y, g))
-    out: dict[str, Any] = {"metric": "answer_letter_auroc", "n": int(s.size), "estimate": estimate, "low": math.nan, "high": math.nan, "B": B, "level": level}
-    if math.isfinite(estimate):
-        ci = bootstrap_ci(_answer_letter_stat, s, y, g, B=B, seed=seed, level=level, clusters=clusters)
-        out.update(low=ci.low, high=ci.high, n_invalid=ci.n_invalid)
-    return out
+    if not math.isfinite(estimate):
+        return AnswerLetterInterval(int(s.size), estimate, math.nan, math.nan, B, level)
+    ci = bootstrap_ci(_answer_letter_stat, s, y, g, B=B, seed=seed, level=level, clusters=clusters)
+    return AnswerLetterInterval(int(s.size), estimate, ci.low, ci.high, B, level, ci.n_invalid)
 
 
 def log_median(values: Sequence[float | None]) -> float:
@@ -271,7 +494,7 @@ def constant_brier(labels: ArrayLike, constant: float | None = None) -> float:
     return float(np.mean((c - y) ** 2))
 
 
-def leave_one_out_intervals(replicates: Mapping[str, Any], estimates: Mapping[str, float], level: float = 0.95) -> dict[str, dict[str, float]]:
+def leave_one_out_intervals(replicates: Mapping[str, Any], estimates: Mapping[str, float], level: float = 0.95) -> dict[str, LooInterval]:
     """Leave-one-checkpoint-out with intervals (App. E): for each checkpoint, the mean of the others'
     estimates and the percentile interval of the others' per-replicate means, every checkpoint's
     replicates drawn on the same resampled items."""
@@ -279,17 +502,17 @@ def leave_one_out_intervals(replicates: Mapping[str, Any], estimates: Mapping[st
     if len(names) < 2:
         raise ValueError("leave-one-out needs at least two checkpoints")
     alpha = (1.0 - level) / 2.0
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, LooInterval] = {}
     for k in names:
         rest = [m for m in names if m != k]
         reps = np.mean(np.stack([np.asarray(replicates[m], dtype=np.float64) for m in rest]), axis=0)
         ok = reps[np.isfinite(reps)]
         lo, hi = (float(v) for v in np.quantile(ok, [alpha, 1.0 - alpha])) if ok.size else (math.nan, math.nan)
-        out[k] = {"estimate": float(np.mean([estimates[m] for m in rest])), "low": lo, "high": hi}
+        out[k] = LooInterval(float(np.mean([estimates[m] for m in rest])), lo, hi)
     return out
 
 
-def leave_one_out(values: Mapping[str, Any], aggregate: Callable[..., Any] | None = None) -> dict[str, Any]:
+def leave_one_out(values: Mapping[str, Any], aggregate: Callable[..., Any] | None = None) -> LeaveOneOut:
     """An aggregate over checkpoints, and the same aggregate recomputed with each one left out.
 
     ``values`` maps a checkpoint to its number (or to an array of numbers, e.g. its bootstrap
@@ -307,9 +530,10 @@ def leave_one_out(values: Mapping[str, Any], aggregate: Callable[..., Any] | Non
     keep = ~np.eye(len(names), dtype=bool)
     full = agg(stack)
     without = {k: agg(stack[keep[i]]) for i, k in enumerate(names)}
-    out: dict[str, Any] = {"n_checkpoints": len(names), "all": full, "without": without}
-    if np.ndim(full) == 0:
-        w = np.asarray([float(v) for v in without.values()])
-        out.update(all=float(full), without={k: float(v) for k, v in without.items()}, min=float(w.min()), max=float(w.max()))
-        out["max_shift"] = float(np.max(np.abs(w - float(full))))
-    return out
+    if np.ndim(full) != 0:
+        return LeaveOneOut(len(names), full, without)
+    w = np.asarray([float(v) for v in without.values()])
+    return LeaveOneOut(
+        len(names), float(full), {k: float(v) for k, v in without.items()}, min=float(w.min()), max=float(w.max()),
+        max_shift=float(np.max(np.abs(w - float(full)))),
+    )

@@ -17,8 +17,8 @@ tokens past the budget). ``"sleight"`` is sleight's own text-level detector and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 import numpy as np
@@ -64,6 +64,63 @@ class TamperConfig:
         if self.study:
             return partial(find_token_trigger, punctuation_led=self.punctuation_led)
         return find_pending_trigger
+
+
+@dataclass(frozen=True)
+class QuestionSet:
+    """Which questions a run asks: how many, their digest, the first id (the manifest's ``questions``)."""
+
+    n: int
+    sha256: str
+    first: str
+
+    def as_record(self) -> dict[str, object]:
+        return {"n": self.n, "sha256": self.sha256, "first": self.first}
+
+
+@dataclass(frozen=True)
+class SubstituteSet:
+    """Which substitutes a run swaps in: how many, their digest, the entity (the manifest's ``substitutes``)."""
+
+    n: int
+    sha256: str
+    entity: str
+
+    def as_record(self) -> dict[str, object]:
+        return {"n": self.n, "sha256": self.sha256, "entity": self.entity}
+
+
+@dataclass(frozen=True)
+class TamperRunConfig:
+    """The manifest's ``config`` as a typed record: everything that decides a run's records, so a
+    directory made under another one is refused. :meth:`as_record` is the JSON object the manifest
+    has always held (its keys in their order; :data:`sleight.tamper.store.IDENTITY_KEYS` among them),
+    ``load`` absent for a plain load and the :class:`TamperConfig` fields spread in its own order."""
+
+    model: str
+    engine: str
+    dtype: str | None
+    decoding: str
+    load: Mapping[str, object]  # the spec's load settings that change the records; {} for a plain load
+    tamper: TamperConfig
+    questions: QuestionSet
+    substitutes: SubstituteSet
+    question_source: str
+    substitute_source: str
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "engine": self.engine,
+            "dtype": self.dtype,
+            "decoding": self.decoding,
+            **({"load": dict(self.load)} if self.load else {}),
+            **asdict(self.tamper),
+            "questions": self.questions.as_record(),
+            "substitutes": self.substitutes.as_record(),
+            "question_source": self.question_source,
+            "substitute_source": self.substitute_source,
+        }
 
 
 @dataclass

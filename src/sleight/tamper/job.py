@@ -6,15 +6,15 @@ pickles); :func:`prepare` checks it before any model loads and :func:`execute` r
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sleight.backends.spec import ModelSpec
 from sleight.errors import UserError
 from sleight.tamper.data import ENTITY_INDEX, Question, digest
-from sleight.tamper.engine import TamperConfig
+from sleight.tamper.engine import QuestionSet, SubstituteSet, TamperConfig, TamperRunConfig
 
 if TYPE_CHECKING:
     from sleight.tamper.store import RunStore
@@ -100,7 +100,7 @@ class Prepared:
     mine: list[int]  # this shard's question indices
     left: bool  # whether any of them is still to do
     spec: ModelSpec
-    run_config: dict[str, Any]  # the manifest's config: everything that decides the records
+    run_config: TamperRunConfig  # the manifest's config: everything that decides the records
 
     def nothing_to_do(self) -> str:
         """Record the (no-op) session that may complete the run, and say so in one line."""
@@ -181,7 +181,7 @@ def plan_run(
     store = RunStore(out)
     cfg = run_config(spec, config, questions, substitutes, *sources, decoding)
     if not overwrite:
-        check_conventions(store, cfg)
+        check_conventions(store, cfg.as_record())
     store.check_config(cfg, overwrite=overwrite)
     mine = shard.indices(len(questions))
     left = store.read_manifest() is None or not store.done(mine) >= set(mine)
@@ -196,36 +196,35 @@ def run_config(
     question_source: str = "shipped",
     substitute_source: str = "shipped",
     decoding: str = "lockstep",
-) -> dict[str, Any]:
+) -> TamperRunConfig:
     """The manifest's ``config``: everything that decides the records (compared on resume).
 
     ``conventions`` and ``punctuation_led`` (from ``config``) are compared by :func:`check_conventions`;
     ``load``: the spec's load settings that change the records (revision, quantization, load format,
     scorer; absent for a plain load). Built once per run, by :func:`sleight.tamper.job.plan_run`.
     """
-    load = spec.load_record()
-    return {
-        "model": spec.model,
-        "engine": spec.engine,
-        "dtype": spec.dtype,
-        "decoding": decoding,
-        **({"load": load} if load else {}),
-        **asdict(config),
-        "questions": {"n": len(questions), "sha256": digest([[q.id, q.question] for q in questions]), "first": questions[0].id},
-        "substitutes": {"n": len(substitutes), "sha256": digest(list(substitutes)), "entity": substitutes[ENTITY_INDEX]},
-        "question_source": question_source,
-        "substitute_source": substitute_source,
-    }
+    return TamperRunConfig(
+        model=spec.model,
+        engine=spec.engine,
+        dtype=spec.dtype,
+        decoding=decoding,
+        load=spec.load_record(),
+        tamper=config,
+        questions=QuestionSet(len(questions), digest([[q.id, q.question] for q in questions]), questions[0].id),
+        substitutes=SubstituteSet(len(substitutes), digest(list(substitutes)), substitutes[ENTITY_INDEX]),
+        question_source=question_source,
+        substitute_source=substitute_source,
+    )
 
 
 CONVENTION_KEYS = ("conventions", "punctuation_led")
 
 
-def _conventions_flags(c: dict[str, Any]) -> str:
-    return f"--conventions {c['conventions']}" + (" --punctuation-led" if c["punctuation_led"] else "")
+def _conventions_flags(conventions: object, punctuation_led: object) -> str:
+    return f"--conventions {conventions}" + (" --punctuation-led" if punctuation_led else "")
 
 
-def check_conventions(store: RunStore, config: dict[str, Any]) -> None:
+def check_conventions(store: RunStore, config: Mapping[str, object]) -> None:
     """Refuse, in one line, to resume a run directory made under other conventions. A directory made
     before they were recorded was made with sleight's own (``--conventions sleight``), and resumes so."""
     old = store.read_manifest()
@@ -237,6 +236,6 @@ def check_conventions(store: RunStore, config: dict[str, Any]) -> None:
     if then != now:
         how = "before the conventions were recorded, so with" if "conventions" not in was else "with"
         raise UserError(
-            f"run directory {store.dir} was made {how} {_conventions_flags(then)}, not {_conventions_flags(now)}; "
+            f"run directory {store.dir} was made {how} {_conventions_flags(*then.values())}, not {_conventions_flags(*now.values())}; "
             "pass those flags to resume it, use another --out, or --overwrite to start over"
         )

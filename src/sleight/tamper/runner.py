@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
@@ -25,7 +25,7 @@ from sleight.progress import SweepProgress
 from sleight.rundir import ALL, Shard, versions
 from sleight.tamper import two_phase
 from sleight.tamper.data import ENTITY_INDEX
-from sleight.tamper.engine import batched_trials, clean_run, render_question
+from sleight.tamper.engine import Rendered, batched_trials, clean_run, render_question
 from sleight.tamper.job import Prepared, TamperJob, prepare
 from sleight.tamper.records import clean_table, trials_table
 from sleight.tamper.schedule import SCHEDULES, StreamStats, can_schedule, scheduled_questions
@@ -133,7 +133,7 @@ def _check_loaded(info: dict[str, Any], prep: Prepared) -> None:
 
 
 def _decoded(
-    model: LanguageModel, prep: Prepared, todo: Sequence[int], prompts: dict[str, Any], prog: SweepProgress, *,
+    model: LanguageModel, prep: Prepared, todo: Sequence[int], prompts: dict[str, Rendered], prog: SweepProgress, *,
     live_rows: int | None, stream: StreamStats | None,
 ) -> Iterator[tuple[int, Any, list[Any]]]:
     """Each question still to do as (index, clean run, trials), as it is decoded: all of them as one
@@ -160,6 +160,26 @@ def _decoded(
         yield i, clean, rest(model, clean, substitutes, config, prog.tokens)
 
 
+class ArgmaxDisagreements(TypedDict):
+    """Two-phase decoding's argmax disagreements: their total and, per question, the nonzero counts."""
+
+    total: int
+    by_question: dict[str, dict[str, int]]
+
+
+class _DecodePath(TypedDict):
+    decoding: str
+    threads: int
+
+
+class DecodeRecord(_DecodePath, total=False):
+    """What a session record says of its decoding path (merged into the session's JSON as it is);
+    the two-phase keys only on that path."""
+
+    argmax_disagreements: ArgmaxDisagreements
+    two_phase_cost: dict[str, int]
+
+
 class _DecodeStats:
     """What this session's decoding path did, for its session record: the path, torch threads, and
     (two-phase) the argmax disagreements per trial and the engine cost, never hidden."""
@@ -183,8 +203,8 @@ class _DecodeStats:
         for key in ("requests", "decoded", "prefilled"):
             self.cost[key] += sum(getattr(c, key) for c in costs)
 
-    def record(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"decoding": self.decoding, "threads": self.threads}
+    def record(self) -> DecodeRecord:
+        out: DecodeRecord = {"decoding": self.decoding, "threads": self.threads}
         if self.decoding == "two-phase":
             out["argmax_disagreements"] = {"total": self.disagreements, "by_question": self.by_question}
             out["two_phase_cost"] = dict(self.cost)

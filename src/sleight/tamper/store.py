@@ -19,12 +19,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from sleight.rundir import ALL, RunDir, Session, Shard
 from sleight.tamper.records import CLEAN_SCHEMA, TRIALS_SCHEMA
+
+if TYPE_CHECKING:
+    from sleight.tamper.engine import TamperRunConfig
 
 KIND = "tamper"
 CLEAN_DIR = "clean.parquet"
@@ -59,14 +62,14 @@ class RunStore:
     def read_manifest(self) -> dict[str, Any] | None:
         return self.run.read_manifest()
 
-    def check_config(self, config: dict[str, Any], *, overwrite: bool = False) -> None:
+    def check_config(self, config: TamperRunConfig, *, overwrite: bool = False) -> None:
         """Refuse a directory made with a different config (before any model is loaded); with
         ``overwrite``, empty it instead."""
-        self.run.check(config, overwrite=overwrite)
+        self.run.check(config.as_record(), overwrite=overwrite)
 
     def open(
         self,
-        config: dict[str, Any],
+        config: TamperRunConfig,
         model_info: dict[str, Any],
         prompts: dict[str, str],
         versions: dict[str, str],
@@ -76,7 +79,7 @@ class RunStore:
         """Create the run (or join it, as a resumed or a concurrent shard): check the config and the
         model, and record this session."""
         self.session = self.run.open(
-            config, model_info, units=int(config["questions"]["n"]), extra={"prompts": prompts}, shard=shard, versions_=versions
+            config.as_record(), model_info, units=config.questions.n, extra={"prompts": prompts}, shard=shard, versions_=versions
         )
 
     # -- progress --------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ Verdict rules (fixed; ``floor`` = 0.5 unless told):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -94,7 +94,35 @@ def _spearman(s: np.ndarray, t: np.ndarray) -> Any:
     return np.array([rho(a, b) for a, b in zip(s, t)])
 
 
-def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "original") -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class DownstreamChange:
+    """The downstream metric at one variant minus at another on the items scored at both (check 6),
+    as :func:`downstream_change` computes it. ``too_few``: under :data:`CHANGE_MIN_ITEMS` items, no
+    interval (``low``/``high`` None, ``B``/``level`` absent); its JSON object keeps the keys the
+    evidence has always shown, in their order."""
+
+    metric: str
+    n: int
+    estimate_a: float
+    estimate_b: float
+    diff: float
+    too_few: bool
+    low: float | None
+    high: float | None
+    B: int | None = None
+    level: float | None = None
+
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "metric": self.metric, "n": self.n, "estimate_a": self.estimate_a, "estimate_b": self.estimate_b,
+            "diff": self.diff, "too_few": self.too_few, "low": self.low, "high": self.high,
+        }
+        if not self.too_few:
+            out.update(B=self.B, level=self.level)
+        return out
+
+
+def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "original") -> DownstreamChange | None:
     """The downstream metric at variant ``a`` minus at ``b`` on the items scored at both, with its
     paired bootstrap interval; ``too_few`` (no interval) under :data:`CHANGE_MIN_ITEMS` items.
     None when the metric is undefined there (no target, or a constant one)."""
@@ -113,15 +141,14 @@ def downstream_change(readings: pd.DataFrame, a: str = "stem", b: str = "origina
     sa, sb = da.loc[common, "score"].to_numpy(dtype=np.float64), db.loc[common, "score"].to_numpy(dtype=np.float64)
     binary = set(np.unique(y)) <= {0.0, 1.0}
     metric, fn = ("auroc", auroc) if binary else ("spearman", _spearman)
-    out: dict[str, Any] = {"metric": metric, "n": len(common), "estimate_a": float(fn(sa, y)), "estimate_b": float(fn(sb, y))}
-    out["diff"] = out["estimate_a"] - out["estimate_b"]
+    est_a, est_b = float(fn(sa, y)), float(fn(sb, y))
     if len(common) < CHANGE_MIN_ITEMS:
-        return {**out, "too_few": True, "low": None, "high": None}
+        return DownstreamChange(metric, len(common), est_a, est_b, est_a - est_b, too_few=True, low=None, high=None)
     from sleight.stats import gathered
 
     stat: Any = fn if binary else gathered(_spearman)
     pb = paired_bootstrap(stat, (sa, y), (sb, y), B=CHANGE_B, seed=0)
-    return {**out, "too_few": False, "low": pb.ci_diff.low, "high": pb.ci_diff.high, "B": CHANGE_B, "level": pb.level}
+    return DownstreamChange(metric, len(common), est_a, est_b, est_a - est_b, too_few=False, low=pb.ci_diff.low, high=pb.ci_diff.high, B=CHANGE_B, level=pb.level)
 
 
 def summarise_variant(df: pd.DataFrame, floor: float = MASS_FLOOR) -> VariantSummary:
@@ -174,6 +201,80 @@ def summarise(readings: pd.DataFrame, floor: float = MASS_FLOOR) -> AuditSummary
     return AuditSummary(floor=floor, variants={v: summarise_variant(readings[readings["variant"] == v], floor) for v in order})
 
 
+class TopToken(TypedDict):
+    """One of the top next tokens at the scored position: a ``top_tokens`` struct of readings.parquet
+    (:data:`sleight.readout.audit.measure.TOP_TOKEN_TYPE`), shown as it is."""
+
+    id: int
+    token: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class ExampleOption:
+    """One option of a worked example: its first token in context and that token's probability."""
+
+    option: str
+    first_token_id: int | None
+    prob: float | None
+
+    def as_json(self) -> dict[str, object]:
+        return {"option": self.option, "first_token_id": self.first_token_id, "prob": self.prob}
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """One reading shown under a check (:func:`example_of`): the rendered ending, the top next
+    tokens, the options' mass, the argmax and the continuation; values as the readings hold them.
+    ``original_ending``: check 5 shows the original's ending beside the space variant's."""
+
+    item_id: str
+    variant: str
+    ending: str | None
+    top_tokens: tuple[TopToken, ...]
+    options: tuple[ExampleOption, ...]
+    option_mass: float | None
+    boundary_preserved: bool | None
+    argmax_token: str | None
+    argmax_class: str | None
+    continuation: str | None
+    continuation_class: str | None
+    original_ending: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "item_id": self.item_id, "variant": self.variant, "ending": self.ending,
+            "top_tokens": [dict(t) for t in self.top_tokens], "options": [o.as_json() for o in self.options],
+            "option_mass": self.option_mass, "boundary_preserved": self.boundary_preserved,
+            "argmax_token": self.argmax_token, "argmax_class": self.argmax_class,
+            "continuation": self.continuation, "continuation_class": self.continuation_class,
+        }
+        if self.original_ending is not None:
+            out["original_ending"] = self.original_ending
+        return out
+
+
+@dataclass(frozen=True)
+class SubCheck:
+    """One of checks 1-4 repeated at the answer stem (check 6): its verdict and why."""
+
+    check: str  # mass | argmax | continuation | distinct
+    verdict: str
+    reason: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"check": self.check, "verdict": self.verdict, "reason": self.reason}
+
+
+# What a check's evidence holds: numbers, flags, class counts, and the downstream records (shown as JSON).
+EvidenceValue = float | int | bool | str | Mapping[str, int] | DownstreamMetric | DownstreamChange | None
+
+
+def evidence_json(value: EvidenceValue) -> object:
+    """An evidence value as the reports show it: a record as its JSON object."""
+    return value.as_json() if isinstance(value, (DownstreamMetric, DownstreamChange)) else value
+
+
 @dataclass
 class Check:
     """One check of the audit: a verdict, the numbers behind it, and one worked example."""
@@ -182,38 +283,46 @@ class Check:
     name: str
     verdict: str  # pass | warn | fail | skipped
     reason: str
-    evidence: dict[str, Any]
-    example: dict[str, Any] | None = None
-    sub: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, EvidenceValue]
+    example: WorkedExample | None = None
+    sub: list[SubCheck] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def shown_evidence(self) -> dict[str, object]:
+        """The evidence as the reports show it (records as their JSON objects)."""
+        return {k: evidence_json(v) for k, v in self.evidence.items()}
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "number": self.number, "name": self.name, "verdict": self.verdict, "reason": self.reason,
+            "evidence": self.shown_evidence(), "example": self.example.as_json() if self.example is not None else None,
+            "sub": [s.as_json() for s in self.sub],
+        }
 
     def outcome(self) -> CheckOutcome:
         """The verdict as summary.json records it."""
         return CheckOutcome(self.number, self.name, self.verdict, self.reason)
 
 
-def example_of(row: pd.Series | None) -> dict[str, Any] | None:
+def example_of(row: pd.Series | None) -> WorkedExample | None:
     """A worked example: the rendered ending, the top next tokens, the options' mass, the continuation."""
     if row is None:
         return None
     opts = list(row["options"]) if row["options"] is not None else []
     firsts = list(row["option_first_probs"]) if row["option_first_probs"] is not None else [None] * len(opts)
     ids = list(row["first_token_ids"]) if row["first_token_ids"] is not None else [None] * len(opts)
-    return {
-        "item_id": row["item_id"],
-        "variant": row["variant"],
-        "ending": row["context_tail"],
-        "top_tokens": [dict(t) for t in (row["top_tokens"] if row["top_tokens"] is not None else [])],
-        "options": [{"option": o, "first_token_id": None if i is None or (isinstance(i, float) and math.isnan(i)) else int(i), "prob": p} for o, i, p in zip(opts, ids, firsts)],
-        "option_mass": row["option_mass"],
-        "boundary_preserved": row["boundary_preserved"],
-        "argmax_token": row["argmax_token"],
-        "argmax_class": row["argmax_class"],
-        "continuation": row["continuation"],
-        "continuation_class": row["continuation_class"],
-    }
+    return WorkedExample(
+        item_id=row["item_id"],
+        variant=row["variant"],
+        ending=row["context_tail"],
+        top_tokens=tuple(TopToken(id=t["id"], token=t["token"], prob=t["prob"]) for t in (row["top_tokens"] if row["top_tokens"] is not None else [])),
+        options=tuple(ExampleOption(o, None if i is None or (isinstance(i, float) and math.isnan(i)) else int(i), p) for o, i, p in zip(opts, ids, firsts)),
+        option_mass=row["option_mass"],
+        boundary_preserved=row["boundary_preserved"],
+        argmax_token=row["argmax_token"],
+        argmax_class=row["argmax_class"],
+        continuation=row["continuation"],
+        continuation_class=row["continuation_class"],
+    )
 
 
 def _live(readings: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -279,7 +388,7 @@ def run_checks(readings: pd.DataFrame, summary: AuditSummary | None = None, floo
 
     verdict, reason = _mass_check(so, floor)
     worst = orig.sort_values("option_mass", na_position="first").iloc[0]
-    evidence: dict[str, Any] = {
+    evidence: dict[str, EvidenceValue] = {
         "n_measured": so.n_measured,
         "mass_median": so.mass_median,
         "mass_min": so.mass_min,
@@ -317,10 +426,8 @@ CHECK_NAMES = (
 )
 
 
-def _plain(d: Any) -> Any:
-    """A summary's value as the evidence shows it: JSON-shaped (a dict, not a typed record)."""
-    if isinstance(d, DownstreamMetric):
-        return d.as_json()
+def _plain(d: Mapping[str, int] | None) -> dict[str, int] | None:
+    """A summary's class counts as the evidence shows them: a plain dict."""
     return dict(d) if d is not None else None
 
 
@@ -330,7 +437,7 @@ def _ending_check(readings: pd.DataFrame, summary: AuditSummary, orig: pd.DataFr
     opts_ws = orig["options"].apply(lambda o: o is not None and any(x[:1].isspace() for x in o))
     double = bool((orig["ends_with_whitespace"].fillna(False).astype(bool) & opts_ws).any())
     newline_opts = bool(orig["options"].apply(lambda o: o is not None and any(x.startswith("\n") for x in o)).any())
-    evidence: dict[str, Any] = {
+    evidence: dict[str, EvidenceValue] = {
         "ends_with_whitespace_rate": ws_rate,
         "original_mass_median": so.mass_median,
         "space_mass_median": ss.mass_median,
@@ -353,7 +460,7 @@ def _ending_check(readings: pd.DataFrame, summary: AuditSummary, orig: pd.DataFr
     space = _live(readings, "space")
     ex = example_of(space.iloc[0]) if len(space) else example_of(orig.iloc[0])
     if ex is not None and len(orig):
-        ex["original_ending"] = orig.iloc[0]["context_tail"]
+        ex = replace(ex, original_ending=orig.iloc[0]["context_tail"])
     return Check(5, CHECK_NAMES[4], verdict, reason, evidence, ex)
 
 
@@ -363,12 +470,12 @@ def _stem_check(readings: pd.DataFrame, summary: AuditSummary, floor: float) -> 
     if not len(stem):
         reasons = st.skip_reasons or ("no stem variant in this run",)
         return Check(6, CHECK_NAMES[5], "skipped", "; ".join(reasons), {})
-    sub = []
+    sub: list[SubCheck] = []
     for name, fn in (("mass", lambda: _mass_check(st, floor)), ("argmax", lambda: _argmax_check(st)), ("continuation", lambda: _continuation_check(st)), ("distinct", lambda: _distinct_check(st))):
         v, r = fn()
-        sub.append({"check": name, "verdict": v, "reason": r})
+        sub.append(SubCheck(name, v, r))
     change = downstream_change(readings)
-    evidence = {
+    evidence: dict[str, EvidenceValue] = {
         "original_mass_median": so.mass_median,
         "stem_mass_median": st.mass_median,
         "stem_mass_below_floor": st.mass_below_floor,
@@ -378,57 +485,78 @@ def _stem_check(readings: pd.DataFrame, summary: AuditSummary, floor: float) -> 
         "stem_option_argmax_rate": st.option_argmax_rate,
         "original_on_task_rate": so.on_task_rate,
         "stem_on_task_rate": st.on_task_rate,
-        "downstream_original": _plain(so.downstream),
-        "downstream_stem": _plain(st.downstream),
+        "downstream_original": so.downstream,
+        "downstream_stem": st.downstream,
         "downstream_change": change,
     }
     median = st.mass_median
     on_task = st.on_task_rate or 0.0
-    drop = change is not None and not change["too_few"] and change["diff"] < -STEM_DROP
+    drop = change is not None and not change.too_few and change.diff < -STEM_DROP
     if median is None or median < floor or on_task < 0.5:
         verdict = "fail"
         reason = f"at the stem: median mass {median if median is None else round(median, 3)}, {on_task:.0%} of continuations on task"
-    elif any(s["verdict"] != "pass" for s in sub) or drop:
+    elif any(s.verdict != "pass" for s in sub) or drop:
         verdict = "warn"
         reason = "the stem repairs the readout only partly" + (f"; {_change_text(change)}" if drop and change is not None else "")
     else:
         verdict = "pass"
         reason = f"at the stem: median mass {median:.3f}, every argmax an option, continuations on task"
-    if change is not None and change["too_few"] and verdict != "fail":
+    if change is not None and change.too_few and verdict != "fail":
         reason += f"; {_change_text(change)}"
     worst = stem.sort_values("option_mass", na_position="first").iloc[0]
     return Check(6, CHECK_NAMES[5], verdict, reason, evidence, example_of(worst), sub)
 
 
-def _change_text(c: dict[str, Any]) -> str:
+def _change_text(c: DownstreamChange) -> str:
     """The downstream change in words, with its interval or the reason there is none."""
-    head = f"downstream {c['metric']} {c['estimate_b']:.3f} -> {c['estimate_a']:.3f} on {c['n']} items"
-    if c["too_few"]:
+    head = f"downstream {c.metric} {c.estimate_b:.3f} -> {c.estimate_a:.3f} on {c.n} items"
+    if c.too_few:
         return f"{head}: too few items for an interval (at least {CHANGE_MIN_ITEMS}), not counted as a drop"
-    return f"{head} (change {c['diff']:+.3f}, {c['level']:.0%} paired bootstrap interval [{c['low']:+.3f}, {c['high']:+.3f}])"
+    return f"{head} (change {c.diff:+.3f}, {c.level:.0%} paired bootstrap interval [{c.low:+.3f}, {c.high:+.3f}])"
 
 
-def variant_table(summary: AuditSummary) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class VariantRow:
+    """One variant's row of the reports' comparison table (median mass, letter rate, floor); field
+    names are the table's column keys (:data:`sleight.readout.audit.report.VARIANT_COLUMNS`)."""
+
+    variant: str
+    measured: int
+    skipped: int
+    mass_median: float | None
+    mass_min: float | None
+    below_floor: int | None
+    mass_null: int | None
+    mass_interval: int | None
+    mass_undecided: int | None
+    letter_rate: float | None
+    option_argmax_rate: float | None
+    on_task_rate: float | None
+    score_mean: float | None
+    downstream: str | None
+
+
+def variant_table(summary: AuditSummary) -> list[VariantRow]:
     """One row per variant: the comparison table of the report (median mass, letter rate, floor)."""
     rows = []
     for v, s in summary.variants.items():
         d = s.downstream
         rows.append(
-            {
-                "variant": v,
-                "measured": s.n_measured,
-                "skipped": s.n_skipped,
-                "mass_median": s.mass_median,
-                "mass_min": s.mass_min,
-                "below_floor": s.mass_below_floor,
-                "mass_null": s.mass_null,
-                "mass_interval": s.mass_interval,
-                "mass_undecided": s.mass_undecided,
-                "letter_rate": s.answer_letter_rate,
-                "option_argmax_rate": s.option_argmax_rate,
-                "on_task_rate": s.on_task_rate,
-                "score_mean": s.score_mean,
-                "downstream": f"{d.metric} {d.value:.3f}" if d else None,
-            }
+            VariantRow(
+                variant=v,
+                measured=s.n_measured,
+                skipped=s.n_skipped,
+                mass_median=s.mass_median,
+                mass_min=s.mass_min,
+                below_floor=s.mass_below_floor,
+                mass_null=s.mass_null,
+                mass_interval=s.mass_interval,
+                mass_undecided=s.mass_undecided,
+                letter_rate=s.answer_letter_rate,
+                option_argmax_rate=s.option_argmax_rate,
+                on_task_rate=s.on_task_rate,
+                score_mean=s.score_mean,
+                downstream=f"{d.metric} {d.value:.3f}" if d else None,
+            )
         )
     return rows

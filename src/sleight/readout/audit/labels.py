@@ -26,7 +26,7 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -59,6 +59,24 @@ LABEL_SCHEMA = pa.schema(
     ]
 )
 AGREEMENT_COLUMNS = ["variants", "rater", "measure", "n", "agreement %", "κ"]
+
+# One stored human label, as LABEL_SCHEMA's row (committed to the store as it is); ``class`` is a
+# keyword, hence the functional form.
+Label = TypedDict("Label", {"item_id": str, "variant": str, "labeller": str, "class": str, "labelled_at": str})
+
+
+class LabelsExport(TypedDict):
+    """``--export``'s JSON object: the stored labels of one audit, which :func:`read_export` takes back."""
+
+    format: str
+    version: int
+    audit: str
+    exported_at: str
+    labels: list[Label]
+
+
+# One row of the κ table (AGREEMENT_COLUMNS, in order): it goes to the DataFrame, the CSV and the page as it is.
+AgreementRow = TypedDict("AgreementRow", {"variants": str, "rater": str, "measure": str, "n": int, "agreement %": float, "κ": float})
 GROUPS: tuple[str, ...] = ("all", "substituted", "deleted", "other")
 _LABELLER = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
 
@@ -151,7 +169,7 @@ def compact_labels(out_dir: Path) -> int:
     return store.compact(Path(out_dir) / LABELS_DIR, LABEL_SCHEMA, LABEL_KEY)
 
 
-def check_label(row: Mapping[str, Any], offered: Mapping[tuple[str, str], Sequence[str]]) -> dict[str, Any]:
+def check_label(row: Mapping[str, Any], offered: Mapping[tuple[str, str], Sequence[str]]) -> Label:
     """One label, checked against the continuations on offer: a one-line error for anything else."""
     item, variant, cls = row.get("item_id"), row.get("variant"), row.get("class")
     if not isinstance(item, str) or not isinstance(variant, str):
@@ -161,13 +179,15 @@ def check_label(row: Mapping[str, Any], offered: Mapping[tuple[str, str], Sequen
     if cls not in offered[(item, variant)]:
         raise UserError(f"class {cls!r} is not offered for ({item}, {variant}) (offered: {', '.join(offered[(item, variant)])})")
     at = row.get("labelled_at")
-    return {
-        "item_id": item,
-        "variant": variant,
-        "labeller": check_labeller(str(row.get("labeller", ""))),
-        "class": cls,
-        "labelled_at": at if isinstance(at, str) and at else rundir.now(),
-    }
+    return Label(
+        {
+            "item_id": item,
+            "variant": variant,
+            "labeller": check_labeller(str(row.get("labeller", ""))),
+            "class": str(cls),  # one of the offered class names
+            "labelled_at": at if isinstance(at, str) and at else rundir.now(),
+        }
+    )
 
 
 def save_labels(out_dir: Path, rows: Iterable[Mapping[str, Any]], offered: Mapping[tuple[str, str], Sequence[str]]) -> int:
@@ -181,9 +201,12 @@ def offered_of(targets_df: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
     return {(str(r["item_id"]), str(r["variant"])): list(r["class_options"]) for r in targets_df.to_dict("records")}
 
 
-def export_obj(labels: pd.DataFrame, audit: str) -> dict[str, Any]:
+def export_obj(labels: pd.DataFrame, audit: str) -> LabelsExport:
     """The stored labels as a JSON object that :func:`read_export` takes back."""
-    rows = [{k: r[k] for k in LABEL_SCHEMA.names} for r in labels.to_dict("records")]
+    rows = [
+        Label({"item_id": r["item_id"], "variant": r["variant"], "labeller": r["labeller"], "class": r["class"], "labelled_at": r["labelled_at"]})
+        for r in labels.to_dict("records")
+    ]
     return {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "audit": audit, "exported_at": rundir.now(), "labels": rows}
 
 
@@ -207,7 +230,7 @@ def people_majority(labels: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item_id", "variant", "people", "n_people"])
 
 
-def _kappa_row(group: str, rater: str, measure: str, reference: Sequence[Any], other: Sequence[Any]) -> dict[str, Any]:
+def _kappa_row(group: str, rater: str, measure: str, reference: Sequence[Any], other: Sequence[Any]) -> AgreementRow:
     a = agreement(list(reference), list(other))
     return {"variants": group, "rater": rater, "measure": measure, "n": a.n, "agreement %": 100.0 * a.accuracy if a.n else float("nan"), "κ": a.kappa}
 
@@ -255,7 +278,7 @@ def agreement_table(
         raters.append(("jury" if len(jury) > 1 else "jury (of one)", verdicts[[*key, "jury_class"]].rename(columns={"jury_class": "rater"})))
     if rules is not None:
         raters.append(("rules", rules[[*key, "rule_mapped"]].rename(columns={"rule_mapped": "rater"})))
-    out: list[dict[str, Any]] = []
+    out: list[AgreementRow] = []
     for group in GROUPS:
         lab = labels if group == "all" else labels[labels["variant"].map(group_of) == group]
         if not len(lab):

@@ -10,9 +10,9 @@ same columns by the same definitions. Nothing here writes files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,7 @@ import pyarrow as pa
 from sleight.backends import LanguageModel
 from sleight.backends.base import SpecialTokens
 from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
+from sleight.readout.audit.checks import TopToken
 from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.summary import MASS_FLOOR, at_floor, mass_interval
@@ -66,6 +67,54 @@ SCHEMA = pa.schema(
         ("target", pa.float64()),
     ]
 )
+
+
+class ContextColumns(TypedDict):
+    """What the readings say about the rendered context itself (:func:`context_columns`)."""
+
+    context: str
+    context_tail: str
+    n_context_tokens: int
+    ends_with_whitespace: bool
+
+
+class Reading(TypedDict):
+    """One row of readings.parquet, one per (item, variant), its keys :data:`SCHEMA`'s columns in
+    order: it goes to the Arrow table (and to the forecast pipeline's rows) as it is. A skipped
+    variant has every measured column None."""
+
+    item_id: str
+    variant: str
+    skipped: bool
+    skip_reason: str | None
+    context: str | None
+    context_tail: str | None
+    n_context_tokens: int | None
+    ends_with_whitespace: bool | None
+    options: list[str] | None
+    boundary_preserved: bool | None
+    option_mass: float | None
+    option_mass_isolated: float | None
+    option_mass_divergent: float | None
+    option_mass_low: float | None
+    option_mass_high: float | None
+    first_token_ids: list[int | None] | None
+    isolated_first_token_ids: list[int] | None
+    first_tokens_distinct: bool | None
+    option_first_probs: list[float | None] | None
+    argmax_id: int | None
+    argmax_token: str | None
+    argmax_prob: float | None
+    argmax_class: str | None
+    top_tokens: list[TopToken] | None  # SCHEMA's TOP_TOKEN_TYPE structs
+    option_logprobs: list[float | None] | None
+    score: float | None
+    continuation: str | None
+    continuation_class: str | None
+    answer_then_grid: bool | None
+    grid_anywhere: bool | None
+    continuation_on_task: bool | None
+    target: float | None
 
 
 # -- pure maths ------------------------------------------------------------------------------------
@@ -137,14 +186,14 @@ def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetRea
     }
 
 
-def context_columns(text: str, ids: Sequence[int]) -> dict[str, Any]:
+def context_columns(text: str, ids: Sequence[int]) -> ContextColumns:
     """What the readings say about the rendered context itself."""
-    return {
-        "context": text,
-        "context_tail": text[-TAIL_CHARS:],
-        "n_context_tokens": len(ids),
-        "ends_with_whitespace": bool(text) and text[-1].isspace(),
-    }
+    return ContextColumns(
+        context=text,
+        context_tail=text[-TAIL_CHARS:],
+        n_context_tokens=len(ids),
+        ends_with_whitespace=bool(text) and text[-1].isspace(),
+    )
 
 
 def continuations(model: LanguageModel, contexts: Sequence[Sequence[int]], groups: Sequence[Sequence[int]], max_new_tokens: int) -> list[str]:
@@ -205,7 +254,7 @@ def measure(
     max_new_tokens: int = 16,
     rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
     progress: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Reading]:
     """Readings for every (item, variant), in item order then variant order (rows follow SCHEMA).
 
     (1) One reading of every context's scored position (:func:`sleight.position.read_positions`,
@@ -226,7 +275,7 @@ def measure(
     by_id: dict[int, dict[str, Any]] = {}
     for p, r, cont in zip(live, readings, texts):
         s = r.option_sets[0]
-        cols = {**context_columns(p.text, r.context_ids), "options": list(p.options)}
+        cols: dict[str, Any] = {**context_columns(p.text, r.context_ids), "options": list(p.options)}
         cols.update(position_columns(model, r, s, letters=p.item.letters))
         cols["score"] = renormalised_score(cols["option_logprobs"], p.item.options or (), p.item.score_scale)
         c = classify_continuation(cont, options=p.item.options or (), letters=p.item.letters, choices=p.item.choices, echoes=_echoes(p.item))
@@ -239,13 +288,45 @@ def measure(
         )
         by_id[id(p)] = cols
 
-    rows = []
-    for p in prepared:
-        row: dict[str, Any] = {name: None for name in SCHEMA.names}
-        row.update(item_id=p.item.id, variant=p.variant, skipped=p.skip is not None, skip_reason=p.skip, target=p.item.target)
-        row.update(by_id.get(id(p), {}))
-        rows.append(row)
-    return rows
+    return [_reading(p, by_id.get(id(p), {})) for p in prepared]
+
+
+def _reading(p: Prepared, cols: Mapping[str, Any]) -> Reading:
+    """One (item, variant)'s row: its measured columns ``cols`` (none for a skipped variant)."""
+    return Reading(
+        item_id=p.item.id,
+        variant=p.variant,
+        skipped=p.skip is not None,
+        skip_reason=p.skip,
+        context=cols.get("context"),
+        context_tail=cols.get("context_tail"),
+        n_context_tokens=cols.get("n_context_tokens"),
+        ends_with_whitespace=cols.get("ends_with_whitespace"),
+        options=cols.get("options"),
+        boundary_preserved=cols.get("boundary_preserved"),
+        option_mass=cols.get("option_mass"),
+        option_mass_isolated=cols.get("option_mass_isolated"),
+        option_mass_divergent=cols.get("option_mass_divergent"),
+        option_mass_low=cols.get("option_mass_low"),
+        option_mass_high=cols.get("option_mass_high"),
+        first_token_ids=cols.get("first_token_ids"),
+        isolated_first_token_ids=cols.get("isolated_first_token_ids"),
+        first_tokens_distinct=cols.get("first_tokens_distinct"),
+        option_first_probs=cols.get("option_first_probs"),
+        argmax_id=cols.get("argmax_id"),
+        argmax_token=cols.get("argmax_token"),
+        argmax_prob=cols.get("argmax_prob"),
+        argmax_class=cols.get("argmax_class"),
+        top_tokens=cols.get("top_tokens"),
+        option_logprobs=cols.get("option_logprobs"),
+        score=cols.get("score"),
+        continuation=cols.get("continuation"),
+        continuation_class=cols.get("continuation_class"),
+        answer_then_grid=cols.get("answer_then_grid"),
+        grid_anywhere=cols.get("grid_anywhere"),
+        continuation_on_task=cols.get("continuation_on_task"),
+        target=p.item.target,
+    )
 
 
 def _item_groups(live: Sequence[Prepared], size: int) -> list[list[int]]:
@@ -294,7 +375,7 @@ def opens_with(continuation: str | None, token: str | None) -> bool | None:
     return continuation.lstrip().startswith(t) if t else (not continuation or continuation[0].isspace())
 
 
-def derived_columns(rows: Sequence[dict[str, Any]], floor: float = MASS_FLOOR) -> list[dict[str, Any]]:
+def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR) -> list[dict[str, Any]]:
     """The readings with the paper's App. C/D readings added (:data:`DERIVED`), in their order.
 
     Per row: ``form``/``ending`` (:func:`sleight.readout.audit.composed.variant_cell`; ``stemmed``:
@@ -372,6 +453,6 @@ def _median(values: Sequence[Any]) -> float:
     return float(np.median(nums)) if nums else float("nan")
 
 
-def rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+def rows_to_table(rows: Sequence[Reading]) -> pa.Table:
     """Readings as an Arrow table with the public schema."""
     return pa.Table.from_pylist([{k: r.get(k) for k in SCHEMA.names} for r in rows], schema=SCHEMA)

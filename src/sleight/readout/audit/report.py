@@ -12,7 +12,8 @@ from typing import Any
 
 from sleight import rundir
 from sleight.errors import UserError
-from sleight.readout.audit.checks import Check, variant_table
+from sleight.readout.audit.checks import Check, VariantRow, WorkedExample, variant_table
+from sleight.readout.audit.manifest import AuditManifest, AuditRunConfig
 from sleight.readout.audit.summary import AuditSummary, PTrueSection, VariantSummary
 from sleight.render import MISSING, fmt, html_table, interval, md_table, top_count
 
@@ -31,27 +32,27 @@ VARIANT_COLUMNS = (
 INTERVAL_COLUMNS = ("mass_interval", "mass_undecided")  # shown only where a server read some mass as an interval
 
 
-def _variant_columns(table: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def _variant_columns(table: list[VariantRow]) -> tuple[list[str], list[str]]:
     """The variant table's keys and headers (the interval columns only where a row has one)."""
-    shown = [(k, h) for k, h in VARIANT_COLUMNS if k not in INTERVAL_COLUMNS or any(r.get(k) for r in table)]
+    shown = [(k, h) for k, h in VARIANT_COLUMNS if k not in INTERVAL_COLUMNS or any(getattr(r, k) for r in table)]
     return [k for k, _ in shown], [h for _, h in shown]
 
 
-def _example_md(ex: dict[str, Any]) -> list[str]:
-    lines = [f"Worked example: item `{ex['item_id']}`, variant `{ex['variant']}`.", ""]
-    if ex.get("original_ending") is not None and ex["variant"] != "original":
-        lines += ["Original ending:", "", "```", repr(ex["original_ending"]), "```", ""]
-    lines += ["Rendered ending (last 80 characters, as a Python string):", "", "```", repr(ex["ending"]), "```", ""]
+def _example_md(ex: WorkedExample) -> list[str]:
+    lines = [f"Worked example: item `{ex.item_id}`, variant `{ex.variant}`.", ""]
+    if ex.original_ending is not None and ex.variant != "original":
+        lines += ["Original ending:", "", "```", repr(ex.original_ending), "```", ""]
+    lines += ["Rendered ending (last 80 characters, as a Python string):", "", "```", repr(ex.ending), "```", ""]
     lines += ["Top next tokens:", ""]
-    lines += md_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]])
-    lines += ["", f"Options' mass: {fmt(ex['option_mass'])} (boundary preserved: {fmt(ex['boundary_preserved'])})", ""]
-    lines += md_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]])
-    lines += ["", f"Argmax: {ex['argmax_token']!r} ({ex['argmax_class']}).", ""]
-    lines += [f"Unrestricted continuation ({ex['continuation_class']}):", "", "```", repr(ex["continuation"]), "```", ""]
+    lines += md_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex.top_tokens])
+    lines += ["", f"Options' mass: {fmt(ex.option_mass)} (boundary preserved: {fmt(ex.boundary_preserved)})", ""]
+    lines += md_table(["option", "first token id", "p(first token)"], [[repr(o.option), o.first_token_id, o.prob] for o in ex.options])
+    lines += ["", f"Argmax: {ex.argmax_token!r} ({ex.argmax_class}).", ""]
+    lines += [f"Unrestricted continuation ({ex.continuation_class}):", "", "```", repr(ex.continuation), "```", ""]
     return lines
 
 
-def render_markdown(manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra: Sequence[str] = ()) -> str:
+def render_markdown(manifest: AuditManifest, summary: AuditSummary, checks: Sequence[Check], extra: Sequence[str] = ()) -> str:
     """The audit report as Markdown."""
     model = manifest.get("model", {})
     cfg = manifest.get("config", {})
@@ -70,18 +71,18 @@ def render_markdown(manifest: dict[str, Any], summary: AuditSummary, checks: Seq
     for c in checks:
         lines += ["", f"## {c.number}. {c.name}: {VERDICT_MARK[c.verdict]}", "", c.reason, ""]
         if c.evidence:
-            lines += md_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()])
+            lines += md_table(["evidence", "value"], [[k, v] for k, v in c.shown_evidence().items()])
             lines.append("")
         if c.sub:
             lines += ["Checks 1-4 repeated at the stem:", ""]
-            lines += md_table(["check", "verdict", "why"], [[s["check"], VERDICT_MARK[s["verdict"]], s["reason"]] for s in c.sub])
+            lines += md_table(["check", "verdict", "why"], [[s.check, VERDICT_MARK[s.verdict], s.reason] for s in c.sub])
             lines.append("")
         if c.example:
             lines += _example_md(c.example)
     lines += ["## Variants (interventions)", ""]
     table = variant_table(summary)
     keys, headers = _variant_columns(table)
-    lines += md_table(headers, [[r[k] for k in keys] for r in table])
+    lines += md_table(headers, [[getattr(r, k) for k in keys] for r in table])
     skipped = {v: s.skip_reasons for v, s in summary.variants.items() if s.skip_reasons}
     if skipped:
         lines += ["", "Skipped variants: " + "; ".join(f"`{v}`: {', '.join(r)}" for v, r in skipped.items()) + "."]
@@ -106,7 +107,7 @@ def _class_rows(summary: AuditSummary) -> list[list[Any]]:
     ]
 
 
-def stem_text(cfg: dict[str, Any], summary: AuditSummary) -> str:
+def stem_text(cfg: AuditRunConfig, summary: AuditSummary) -> str:
     """The header's stem: the run's, the items' own, or none (never "stem None")."""
     if cfg.get("stem"):
         return f"answer stem {cfg['stem']!r}"
@@ -148,20 +149,20 @@ def badge(verdict: str) -> str:
     return f'<span class="badge" style="background:{_COLOURS[verdict]}">{VERDICT_MARK[verdict]}</span>'
 
 
-def _example_html(ex: dict[str, Any]) -> str:
-    parts = [f"<p>Worked example: item <code>{html.escape(str(ex['item_id']))}</code>, variant <code>{html.escape(ex['variant'])}</code>.</p>"]
-    if ex.get("original_ending") is not None and ex["variant"] != "original":
-        parts.append(f"<p>Original ending:</p><pre>{html.escape(repr(ex['original_ending']))}</pre>")
-    parts.append(f"<p>Rendered ending:</p><pre>{html.escape(repr(ex['ending']))}</pre>")
-    parts.append("<p>Top next tokens:</p>" + html_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex["top_tokens"]]))
-    parts.append(f"<p>Options' mass: <b>{_h(ex['option_mass'])}</b> (boundary preserved: {_h(ex['boundary_preserved'])})</p>")
-    parts.append(html_table(["option", "first token id", "p(first token)"], [[repr(o["option"]), o["first_token_id"], o["prob"]] for o in ex["options"]]))
-    parts.append(f"<p>Argmax: <code>{html.escape(repr(ex['argmax_token']))}</code> ({html.escape(str(ex['argmax_class']))}).</p>")
-    parts.append(f"<p>Unrestricted continuation ({html.escape(str(ex['continuation_class']))}):</p><pre>{html.escape(repr(ex['continuation']))}</pre>")
+def _example_html(ex: WorkedExample) -> str:
+    parts = [f"<p>Worked example: item <code>{html.escape(str(ex.item_id))}</code>, variant <code>{html.escape(ex.variant)}</code>.</p>"]
+    if ex.original_ending is not None and ex.variant != "original":
+        parts.append(f"<p>Original ending:</p><pre>{html.escape(repr(ex.original_ending))}</pre>")
+    parts.append(f"<p>Rendered ending:</p><pre>{html.escape(repr(ex.ending))}</pre>")
+    parts.append("<p>Top next tokens:</p>" + html_table(["token", "id", "prob"], [[repr(t["token"]), t["id"], t["prob"]] for t in ex.top_tokens]))
+    parts.append(f"<p>Options' mass: <b>{_h(ex.option_mass)}</b> (boundary preserved: {_h(ex.boundary_preserved)})</p>")
+    parts.append(html_table(["option", "first token id", "p(first token)"], [[repr(o.option), o.first_token_id, o.prob] for o in ex.options]))
+    parts.append(f"<p>Argmax: <code>{html.escape(repr(ex.argmax_token))}</code> ({html.escape(str(ex.argmax_class))}).</p>")
+    parts.append(f"<p>Unrestricted continuation ({html.escape(str(ex.continuation_class))}):</p><pre>{html.escape(repr(ex.continuation))}</pre>")
     return "".join(parts)
 
 
-def render_html(manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra_html: str = "") -> str:
+def render_html(manifest: AuditManifest, summary: AuditSummary, checks: Sequence[Check], extra_html: str = "") -> str:
     """The audit report as one self-contained HTML page."""
     model = manifest.get("model", {})
     cfg = manifest.get("config", {})
@@ -183,16 +184,16 @@ def render_html(manifest: dict[str, Any], summary: AuditSummary, checks: Sequenc
     for c in checks:
         parts.append(f"<section><h2>{c.number}. {html.escape(c.name)} {badge(c.verdict)}</h2><p>{html.escape(c.reason)}</p>")
         if c.evidence:
-            parts.append(html_table(["evidence", "value"], [[k, v] for k, v in c.evidence.items()]))
+            parts.append(html_table(["evidence", "value"], [[k, v] for k, v in c.shown_evidence().items()]))
         if c.sub:
-            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + html_table(["check", "verdict", "why"], [[html.escape(s["check"]), badge(s["verdict"]), html.escape(s["reason"])] for s in c.sub], raw=True))
+            parts.append("<p>Checks 1-4 repeated at the stem:</p>" + html_table(["check", "verdict", "why"], [[html.escape(s.check), badge(s.verdict), html.escape(s.reason)] for s in c.sub], raw=True))
         if c.example:
             parts.append(_example_html(c.example))
         parts.append("</section>")
     table = variant_table(summary)
     keys, headers = _variant_columns(table)
     parts.append("<section><h2>Variants (interventions)</h2>")
-    parts.append(html_table(headers, [[r[k] for k in keys] for r in table]))
+    parts.append(html_table(headers, [[getattr(r, k) for k in keys] for r in table]))
     parts.append("<p>Continuation classes per variant:</p>" + html_table(["variant", *CLASS_COLUMNS, "answer then grid", "grid anywhere"], _class_rows(summary)))
     parts.append("</section>")
     if summary.ptrue:
@@ -202,7 +203,7 @@ def render_html(manifest: dict[str, Any], summary: AuditSummary, checks: Sequenc
     return "".join(parts)
 
 
-def write_reports(out_dir: str | Path, manifest: dict[str, Any], summary: AuditSummary, checks: Sequence[Check], extra_md: Sequence[str] = (), extra_html: str = "") -> tuple[Path, Path]:
+def write_reports(out_dir: str | Path, manifest: AuditManifest, summary: AuditSummary, checks: Sequence[Check], extra_md: Sequence[str] = (), extra_html: str = "") -> tuple[Path, Path]:
     """Write report.md and report.html (atomically) and return their paths."""
     out = Path(out_dir)
     md, page = out / "report.md", out / "report.html"

@@ -23,7 +23,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -35,6 +35,7 @@ from sleight.errors import UserError
 from sleight.progress import SweepProgress
 from sleight.readout.audit.checks import MASS_FLOOR, Check, run_checks, summarise
 from sleight.readout.audit.items import AuditItem
+from sleight.readout.audit.manifest import AuditManifest, AuditRunConfig
 from sleight.readout.audit.measure import DEFAULT_ROWS_PER_PASS, SCHEMA, measure, rows_to_table
 from sleight.readout.audit.report import write_reports
 from sleight.readout.audit.summary import AuditSummary, PTrueSection
@@ -78,14 +79,21 @@ PARTS = "parts"
 READINGS = "readings.parquet"
 
 
-def run_config(items: Sequence[AuditItem], config: AuditConfig) -> dict[str, Any]:
-    """The manifest's ``config``: the audit config and a hash of the exact items."""
-    return {
-        **asdict(config),
-        "options": list(config.options) if config.options else None,
-        "variants": list(config.variants),
-        "items_sha256": rundir.digest([asdict(i) for i in items]),
-    }
+def run_config(items: Sequence[AuditItem], config: AuditConfig) -> AuditRunConfig:
+    """The manifest's ``config``: the audit config (its fields in order) and a hash of the exact items."""
+    return AuditRunConfig(
+        source=config.source,
+        preset=config.preset,
+        options=list(config.options) if config.options else None,
+        stem=config.stem,
+        variants=list(config.variants),
+        max_new_tokens=config.max_new_tokens,
+        floor=config.floor,
+        rows_per_pass=config.rows_per_pass,
+        chunk_items=config.chunk_items,
+        n_items=config.n_items,
+        items_sha256=rundir.digest([asdict(i) for i in items]),
+    )
 
 
 def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: dict[str, Any]) -> str:
@@ -277,23 +285,37 @@ def run_audit(
     return finalise(out, items_order=[i.id for i in items], floor=config.floor, ptrue=ptrue)
 
 
-def ptrue_pairs(items: Sequence[AuditItem]) -> list[dict[str, Any]]:
+class ConstructedPair(TypedDict):
+    """One (question, answer, label) pair of ``readout ptrue``'s constructed setting, handed to its
+    scorer as it is (:func:`sleight.readout.ptrue.pipeline.score_pair_rows`)."""
+
+    setting: str
+    item_id: str
+    question: str
+    deleted_question: str | None  # the item's instruction deleted (the paper's Deleted)
+    answer: str
+    answer_source: str  # gold | wrong
+    label: float | None
+    matched: bool | None
+
+
+def ptrue_pairs(items: Sequence[AuditItem]) -> list[ConstructedPair]:
     """The ptrue preset's items as the (question, answer, label) pairs of ``readout ptrue``'s
     constructed setting: ``<id>:true`` is the gold answer, ``<id>:false`` the wrong one."""
     pairs = []
     for i in items:
         base, _, tag = i.id.rpartition(":")
         pairs.append(
-            {
-                "setting": "constructed",
-                "item_id": base or i.id,
-                "question": str(i.meta.get("question_text", i.question or "")),
-                "deleted_question": i.meta.get("deleted_question"),  # the item's instruction deleted (the paper's Deleted)
-                "answer": str(i.meta.get("answer", "")),
-                "answer_source": "wrong" if tag == "false" else "gold",
-                "label": i.target,
-                "matched": None,
-            }
+            ConstructedPair(
+                setting="constructed",
+                item_id=base or i.id,
+                question=str(i.meta.get("question_text", i.question or "")),
+                deleted_question=i.meta.get("deleted_question"),
+                answer=str(i.meta.get("answer", "")),
+                answer_source="wrong" if tag == "false" else "gold",
+                label=i.target,
+                matched=None,
+            )
         )
     return pairs
 
@@ -304,6 +326,7 @@ def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, 
     from sleight.readout.audit.ptrue_table import PTRUE_SCHEMA
     from sleight.readout.ptrue.pipeline import score_pair_rows
     from sleight.readout.ptrue.pipeline import summarise as ptrue_summary
+    from sleight.stats.downstream import clean
 
     path = out / "ptrue.parquet"
     instruct = all(i.chat_template for i in items)
@@ -313,7 +336,8 @@ def _ptrue_section(model: LanguageModel, items: Sequence[AuditItem], out: Path, 
         rows = score_pair_rows(model, ptrue_pairs(items), instruct=instruct, continuation_tokens=config.max_new_tokens)
         rundir.write_table(path, pa.Table.from_pylist([{k: r.get(k) for k in PTRUE_SCHEMA.names} for r in rows], schema=PTRUE_SCHEMA))
         rows = pq.read_table(path).to_pylist()  # the recorded rows, as a resumed run reads them
-    return PTrueSection(instruct, ptrue_summary(rows).settings.get("constructed", {}))
+    constructed = ptrue_summary(rows).settings.get("constructed")
+    return PTrueSection(instruct, {} if constructed is None else clean(constructed))  # its JSON, as the audit keeps it
 
 
 def load_readings(out_dir: str | Path) -> pd.DataFrame:
@@ -342,9 +366,9 @@ def finalise(out_dir: str | Path, *, items_order: Sequence[str] | None = None, f
     readings alone cannot give it back)."""
     out = Path(out_dir)
     df = load_readings(out)
-    manifest = RunDir(out, "audit").read_manifest() or {}
+    manifest = cast(AuditManifest, RunDir(out, "audit").read_manifest() or {})  # the JSON this run (or an older one) wrote
     order = list(items_order or manifest.get("item_ids") or dict.fromkeys(df["item_id"]))
-    variants = list((manifest.get("config") or {}).get("variants") or dict.fromkeys(df["variant"]))
+    variants = list((manifest.get("config") or AuditRunConfig()).get("variants") or dict.fromkeys(df["variant"]))
     rank_i = {k: n for n, k in enumerate(order)}
     rank_v = {k: n for n, k in enumerate(variants)}
     df = df.assign(_i=df["item_id"].map(rank_i), _v=df["variant"].map(rank_v)).sort_values(["_i", "_v"], kind="stable").drop(columns=["_i", "_v"])

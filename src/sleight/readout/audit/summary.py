@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 MASS_FLOOR = 0.5  # the option-mass floor of the checks (here so that a summary without one reads back)
@@ -47,7 +47,7 @@ class DownstreamMetric:
     value: float
     n: int
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"metric": self.metric, "value": self.value, "n": self.n}
 
     @classmethod
@@ -88,8 +88,8 @@ class VariantSummary:
     mass_interval: int | None = None
     mass_undecided: int | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"n_items": self.n_items, "n_measured": self.n_measured, "n_skipped": self.n_skipped, "skip_reasons": list(self.skip_reasons)}
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"n_items": self.n_items, "n_measured": self.n_measured, "n_skipped": self.n_skipped, "skip_reasons": list(self.skip_reasons)}
         if not self.n_measured:
             return out
         for f in fields(self)[len(out) :]:  # the measured numbers, after the four counts
@@ -101,11 +101,9 @@ class VariantSummary:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> VariantSummary:
-        known = {f.name for f in fields(cls)}
-        kw: dict[str, Any] = {k: v for k, v in d.items() if k in known}
-        kw["skip_reasons"] = tuple(d.get("skip_reasons") or ())
-        kw["downstream"] = DownstreamMetric.from_json(d.get("downstream"))
-        return cls(**kw)
+        known = {f.name for f in fields(cls)} - {"skip_reasons", "downstream"}  # those two are read below
+        numbers = cls(**{k: v for k, v in d.items() if k in known})
+        return replace(numbers, skip_reasons=tuple(d.get("skip_reasons") or ()), downstream=DownstreamMetric.from_json(d.get("downstream")))
 
 
 @dataclass(frozen=True)
@@ -117,7 +115,7 @@ class CheckOutcome:
     verdict: str
     reason: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"number": self.number, "name": self.name, "verdict": self.verdict, "reason": self.reason}
 
     @classmethod
@@ -134,7 +132,7 @@ class PTrueSection:
     instruct: bool
     setting: Mapping[str, Any]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"instruct": self.instruct, **self.setting}
 
     @classmethod
@@ -158,8 +156,8 @@ class AuditSummary:
         """A variant's numbers; an empty record when the run has no such variant."""
         return self.variants.get(name) or VariantSummary()
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"floor": self.floor, "variants": {k: v.as_json() for k, v in self.variants.items()}}
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"floor": self.floor, "variants": {k: v.as_json() for k, v in self.variants.items()}}
         if self.ptrue is not None:
             out["ptrue"] = self.ptrue.as_json()
         if self.checks:

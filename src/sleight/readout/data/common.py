@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sleight.errors import UserError
 from sleight.readout.items import jsonl_objects
@@ -195,16 +195,54 @@ def _read_csv(p: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------
 
 
+class FileDigest(TypedDict):
+    """One file a split was read from and its sha256 ("" when the hub's cache gave no digest)."""
+
+    path: str
+    sha256: str
+
+
+class SplitRecord(TypedDict):
+    """Where one split came from (:meth:`Loaded.record`): the source kind, the hub's names, the
+    revision found and the one pinned, each file read, the row count."""
+
+    source: str  # file | cache | hub
+    dataset: str
+    config: str | None
+    split: str
+    revision: str | None
+    pinned_revision: str | None
+    files: list[FileDigest]
+    n_rows: int
+
+
+class _Provenance(SplitRecord):
+    spec: str
+    family: str
+    rule: dict[str, object]  # the family's rule and its parameters
+
+
+class Provenance(_Provenance, total=False):
+    """A load's provenance: the spec and family, the (first) split's :class:`SplitRecord` keys at the
+    top level, and the family's own: the layout read, the few-shot split, every split read, the
+    rule's parameters and the draw's counts (a JSON object; keys in the order the families build it)."""
+
+    layout: str
+    fewshot: SplitRecord
+    splits: dict[str, SplitRecord]
+    counts: dict[str, int]
+
+
 @dataclass
 class Loaded:
     """A split's rows and where they came from."""
 
     rows: list[dict[str, Any]]
     source: str  # file | cache | hub
-    files: list[dict[str, str]]
+    files: list[FileDigest]
     revision: str | None
 
-    def record(self, hub: HubSplit) -> dict[str, Any]:
+    def record(self, hub: HubSplit) -> SplitRecord:
         return {
             "source": self.source,
             "dataset": hub.dataset,
@@ -302,7 +340,7 @@ def _from_hub(spec: Spec, hub: HubSplit, revision: str | None) -> Loaded:
         ds = load_dataset(hub.dataset, hub.config, split=hub.split, revision=revision)
     except Exception as exc:  # datasets raises many types for "offline / unknown / not cached"
         raise UserError(f"could not load {hub.dataset} ({hub.config or 'default'}, {hub.split}) at revision {revision or 'main'}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    files = [{"path": f["filename"], "sha256": ""} for f in getattr(ds, "cache_files", [])]
+    files: list[FileDigest] = [{"path": f["filename"], "sha256": ""} for f in getattr(ds, "cache_files", [])]
     return Loaded([dict(r) for r in ds], "hub", files, revision)
 
 
@@ -320,7 +358,7 @@ class DataSet:
 
     family: str
     records: list[dict[str, Any]]
-    provenance: dict[str, Any]
+    provenance: Provenance
     views: Mapping[str, Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]] = field(default_factory=dict)
 
     def view(self, use: str, limit: int | None = None) -> list[dict[str, Any]]:

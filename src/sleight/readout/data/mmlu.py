@@ -47,6 +47,7 @@ from sleight.errors import UserError
 from sleight.readout.data.common import (
     DataSet,
     HubSplit,
+    Provenance,
     Spec,
     check_params,
     choice_param,
@@ -156,19 +157,20 @@ def load(spec: Spec) -> DataSet:
     """``mmlu:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
     variant, size, seed = polygraph_params(spec, VARIANTS)
     loaded = load_split(spec, HUB if not spec.is_hub else PREBUILT[variant])
-    prov: dict[str, Any] = {"spec": spec.text, "family": "mmlu"}
-    if loaded.rows and "input" in loaded.rows[0]:  # LM-Polygraph/mmlu as published: taken as it is
-        records = prebuilt_records(loaded.rows)
-        prov.update(loaded.record(PREBUILT[variant]), layout="LM-Polygraph/mmlu")
-    else:
-        dev = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=fewshot_where(spec, "test", FEWSHOT_SPLIT, MMLU_FEWSHOT_HINT))
-        records = polygraph_inputs(loaded.rows, dev.rows, variant)
-        prov.update(loaded.record(HUB), layout="cais/mmlu", fewshot=dev.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, HUB.revision)))
-    records = polygraph_subsample(records, size, seed)
-    prov["rule"] = {
+    rule: dict[str, object] = {
         "library": "lm-polygraph 0.7.0", "variant": variant, "n_shot": N_SHOT, "fewshot_seed": SEED, "max_subject_size": MAX_SUBJECT_SIZE,
         "subsample": size if size is not None else -1, "seed": seed,
     }
+    prov: Provenance
+    if loaded.rows and "input" in loaded.rows[0]:  # LM-Polygraph/mmlu as published: taken as it is
+        records = prebuilt_records(loaded.rows)
+        prov = {"spec": spec.text, "family": "mmlu", **loaded.record(PREBUILT[variant]), "layout": "LM-Polygraph/mmlu", "rule": rule}
+    else:
+        dev = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=fewshot_where(spec, "test", FEWSHOT_SPLIT, MMLU_FEWSHOT_HINT))
+        records = polygraph_inputs(loaded.rows, dev.rows, variant)
+        fewshot = dev.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, HUB.revision))
+        prov = {"spec": spec.text, "family": "mmlu", **loaded.record(HUB), "layout": "cais/mmlu", "fewshot": fewshot, "rule": rule}
+    records = polygraph_subsample(records, size, seed)
     return DataSet("mmlu", records, prov, {"qa": _qa, "ptrue": lettered_ptrue_records, "mcq": mcq_records})
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Spec, check_params, int_param, load_split
+from sleight.readout.data.common import DataSet, HubSplit, Provenance, Spec, check_params, int_param, load_split
 from sleight.readout.data.mmlu import mcq_records
 
 HUB = HubSplit("TIGER-Lab/MMLU-Pro", None, "test", "b189ec765aa7ed75c8acfea42df31fdae71f97be")
@@ -63,5 +63,5 @@ def load(spec: Spec) -> DataSet:
         if not records:
             raise UserError(f"--data '{spec.text}': no item of category '{spec.params['category']}'")
     records = records[:n] if n is not None else records
-    prov = {"spec": spec.text, "family": "mmlu-pro", **loaded.record(HUB), "rule": {"order": "file", "n": n, "category": spec.params.get("category")}}
+    prov: Provenance = {"spec": spec.text, "family": "mmlu-pro", **loaded.record(HUB), "rule": {"order": "file", "n": n, "category": spec.params.get("category")}}
     return DataSet("mmlu-pro", records, prov, {"mcq": mcq_records})

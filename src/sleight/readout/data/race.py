@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Loaded, Spec, check_params, int_param, load_split
+from sleight.readout.data.common import DataSet, HubSplit, Loaded, Provenance, Spec, check_params, int_param, load_split
 
 HUB = HubSplit("ehovy/race", "high", "test", "2fec9fd81f1dc971569a9b729c43f2f0e6436637")
 REVISION = HUB.revision
@@ -139,7 +139,7 @@ def load(spec: Spec) -> DataSet:
     if not drawn:
         raise UserError(f"--data '{spec.text}': no RACE passage has at least {MIN_WORDS} words")
     test = splits[0][1]
-    prov = {
+    prov: Provenance = {
         "spec": spec.text, "family": "race-h", **test.record(HUB),
         "splits": {split: loaded.record(HubSplit(HUB.dataset, HUB.config, split, HUB.revision)) for split, loaded in splits},
         "rule": {

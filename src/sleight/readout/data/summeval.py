@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Spec, check_params, choice_param, int_param, load_split
+from sleight.readout.data.common import DataSet, HubSplit, Provenance, Spec, check_params, choice_param, int_param, load_split
 
 HUB = HubSplit("mteb/summeval", None, "test", "2cdabb83bf207713f8871b57de188e17773b2bd3")
 DIMENSIONS = ("coherence", "consistency", "fluency", "relevance")
@@ -46,7 +46,7 @@ def load(spec: Spec) -> DataSet:
     loaded = load_split(spec, HUB)
     records = summeval_records(loaded.rows, dim)
     records = records[:n] if n is not None else records
-    prov = {"spec": spec.text, "family": "summeval", **loaded.record(HUB), "rule": {"unit": "article x machine summary", "dim": dim, "grades": "mean of 3 experts", "n": n}}
+    prov: Provenance = {"spec": spec.text, "family": "summeval", **loaded.record(HUB), "rule": {"unit": "article x machine summary", "dim": dim, "grades": "mean of 3 experts", "n": n}}
     return DataSet("summeval", records, prov, {"grade": _grade})
 
 

@@ -39,6 +39,7 @@ from sleight.errors import UserError
 from sleight.readout.data.common import (
     DataSet,
     HubSplit,
+    Provenance,
     Spec,
     fewshot_where,
     load_split,
@@ -113,16 +114,17 @@ def load(spec: Spec) -> DataSet:
     """``triviaqa:WHERE[:variant=simple_instruct|continuation][:subsample=N][:seed=S][:fewshot=FILE]``."""
     variant, size, seed = polygraph_params(spec, VARIANTS)
     loaded = load_split(spec, HUB if not spec.is_hub else PREBUILT[variant])
-    prov: dict[str, Any] = {"spec": spec.text, "family": "triviaqa"}
+    rule: dict[str, object] = {"library": "lm-polygraph 0.7.0", "variant": variant, "n_shot": N_SHOT, "fewshot_seed": SEED, "subsample": size if size is not None else -1, "seed": seed}
+    prov: Provenance
     if loaded.rows and "input" in loaded.rows[0]:
         records = prebuilt_records(loaded.rows, variant)
-        prov.update(loaded.record(PREBUILT[variant]), layout="LM-Polygraph/triviaqa")
+        prov = {"spec": spec.text, "family": "triviaqa", **loaded.record(PREBUILT[variant]), "layout": "LM-Polygraph/triviaqa", "rule": rule}
     else:
         train = load_split(spec, HUB, split=FEWSHOT_SPLIT, where=fewshot_where(spec, "validation", FEWSHOT_SPLIT, TQA_FEWSHOT_HINT))
         records = polygraph_inputs(loaded.rows, train.rows, variant)
-        prov.update(loaded.record(HUB), layout="trivia_qa rc.nocontext", fewshot=train.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, None)))
+        fewshot = train.record(HubSplit(HUB.dataset, HUB.config, FEWSHOT_SPLIT, None))
+        prov = {"spec": spec.text, "family": "triviaqa", **loaded.record(HUB), "layout": "trivia_qa rc.nocontext", "fewshot": fewshot, "rule": rule}
     records = polygraph_subsample(records, size, seed)
-    prov["rule"] = {"library": "lm-polygraph 0.7.0", "variant": variant, "n_shot": N_SHOT, "fewshot_seed": SEED, "subsample": size if size is not None else -1, "seed": seed}
     return DataSet("triviaqa", records, prov, {"qa": _qa, "ptrue": _qa})
 
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -55,8 +55,11 @@ from sleight.readout.items import DEFAULT_RACE_ITEMS as DEFAULT_ITEMS  # noqa: F
 from sleight.readout.items import RaceItem
 from sleight.readout.items import load_race_items as load_race_items
 from sleight.readout.items import race_item_from_record as race_item_from_record
-from sleight.rundir import JsonFields
 from sleight.stats.downstream import (
+    JsonRecord,
+    MassSummary,
+    MetricInterval,
+    PairedDifference,
     clean,
     cluster_codes,
     counts,
@@ -124,6 +127,81 @@ def check_reader(reader: str) -> str:
     return reader
 
 
+class ReaderChoice(TypedDict):
+    """The note-only reader on one item (:func:`read_notes`): columns of readings.parquet, copied
+    into each of the item's rows unchanged, so a TypedDict of the row's keys."""
+
+    reader_choice: str | None
+    reader_choice_spaced: str | None
+    reader_agree: bool | None
+    reader_logprobs: list[float | None]
+    reader_logprobs_spaced: list[float | None]
+    reader_mass: float | None
+    reader_mass_spaced: float | None
+    reader_argmax_token: str | None
+    reader_argmax_class: str | None
+    correct: bool | None
+    correct_spaced: bool | None
+    reader_target: str
+
+
+class TopToken(TypedDict):
+    """One of the most probable next tokens at a scored position (the audit's ``top_tokens`` struct)."""
+
+    id: int
+    token: str
+    prob: float
+
+
+class ForecastRow(ReaderChoice):
+    """One row of the forecast's readings.parquet (:data:`sleight.readout.downstream_run.FORECAST_SCHEMA`):
+    the item and its note, the reader (:class:`ReaderChoice`), then the audit's readings at one
+    position (:func:`sleight.readout.audit.measure.measure`'s columns less ``item_id`` and ``variant``).
+    A TypedDict: the row is written to Parquet and read back unchanged, keyed by column."""
+
+    item_id: str
+    cluster: int
+    position: str
+    gold: str
+    note: str
+    note_ok: bool | None
+    note_attempts: int | None
+    note_raw: str | None
+    note_tokens: int | None
+    note_finish: str | None
+    skipped: bool
+    skip_reason: str | None
+    context: str | None
+    context_tail: str | None
+    n_context_tokens: int | None
+    ends_with_whitespace: bool | None
+    options: list[str] | None
+    boundary_preserved: bool | None
+    option_mass: float | None
+    option_mass_isolated: float | None
+    option_mass_divergent: float | None
+    option_mass_low: float | None
+    option_mass_high: float | None
+    first_token_ids: list[int] | None
+    isolated_first_token_ids: list[int] | None
+    first_tokens_distinct: bool | None
+    option_first_probs: list[float | None] | None
+    argmax_id: int | None
+    argmax_token: str | None
+    argmax_prob: float | None
+    argmax_class: str | None
+    top_tokens: list[TopToken] | None
+    option_logprobs: list[float | None] | None
+    score: float | None
+    continuation: str | None
+    continuation_class: str | None
+    answer_then_grid: bool | None
+    grid_anywhere: bool | None
+    continuation_on_task: bool | None
+    target: float | None
+    option_probs: list[float] | None
+
+
 def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The note-only reader's position for each (item, note text), read once against the unspaced and
     the spaced letters (App. C.7): per item the audit's columns of each set, (unspaced, spaced)."""
@@ -136,7 +214,7 @@ def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequ
     return out
 
 
-def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str], *, reader: str = DEFAULT_READER) -> list[dict[str, Any]]:
+def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str], *, reader: str = DEFAULT_READER) -> list[ReaderChoice]:
     """The note-only reader's choice per item (``notes``: the note text each item is read with),
     with spaced and unspaced option strings.
 
@@ -146,26 +224,26 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
     """
     check_reader(reader)
     readings = reader_readings(model, items, notes)
-    out = []
+    out: list[ReaderChoice] = []
     for it, (ru, rs) in zip(items, readings):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
         choice = LETTERS[ku] if ku is not None else None
         choice_sp = LETTERS[ks] if ks is not None else None
         out.append(
-            {
-                "reader_choice": choice,
-                "reader_choice_spaced": choice_sp,
-                "reader_agree": (choice == choice_sp) if choice and choice_sp else None,
-                "reader_logprobs": ru["option_logprobs"],
-                "reader_logprobs_spaced": rs["option_logprobs"],
-                "reader_mass": ru["option_mass"],
-                "reader_mass_spaced": rs["option_mass"],
-                "reader_argmax_token": ru["argmax_token"],
-                "reader_argmax_class": ru["argmax_class"],
-                "correct": _correct(choice_sp if reader == "spaced" else choice, it.answer),
-                "correct_spaced": _correct(choice_sp, it.answer),
-                "reader_target": reader,
-            }
+            ReaderChoice(
+                reader_choice=choice,
+                reader_choice_spaced=choice_sp,
+                reader_agree=(choice == choice_sp) if choice and choice_sp else None,
+                reader_logprobs=ru["option_logprobs"],
+                reader_logprobs_spaced=rs["option_logprobs"],
+                reader_mass=ru["option_mass"],
+                reader_mass_spaced=rs["option_mass"],
+                reader_argmax_token=ru["argmax_token"],
+                reader_argmax_class=ru["argmax_class"],
+                correct=_correct(choice_sp if reader == "spaced" else choice, it.answer),
+                correct_spaced=_correct(choice_sp, it.answer),
+                reader_target=reader,
+            )
         )
     return out
 
@@ -185,7 +263,7 @@ def run_forecast(
     progress: Callable[[int], None] | None = None,
     clusters: Sequence[int] | None = None,
     reader: str = DEFAULT_READER,
-) -> list[dict[str, Any]]:
+) -> list[ForecastRow]:
     """All model work: one row per (item, position) with the note, the reader and the readings.
 
     Notes are written once per distinct passage with App. H's writer (``max_words``: its word
@@ -209,11 +287,11 @@ def run_forecast(
     say("forecast at the original and stemmed positions")
     f_items = [forecast_item(it, n.text, None if r["correct"] is None else float(r["correct"])) for it, n, r in zip(items, notes, picks)]
     readings = measure(model, f_items, list(POSITIONS), max_new_tokens=continuation_tokens)
-    rows = []
+    rows: list[ForecastRow] = []
     for k, reading in enumerate(readings):
         i = k // len(POSITIONS)
         it, note = items[i], notes[i]
-        row = {
+        row: dict[str, object] = {
             "item_id": it.id,
             "cluster": int(codes[i]),
             "position": reading["variant"],
@@ -228,7 +306,7 @@ def run_forecast(
         }
         row.update({key: val for key, val in reading.items() if key not in ("item_id", "variant")})
         row["option_probs"] = _renormalised(reading.get("option_logprobs"))
-        rows.append(row)
+        rows.append(cast(ForecastRow, row))  # the measurement's columns are FORECAST_SCHEMA's: the row is complete
     return rows
 
 
@@ -242,27 +320,149 @@ def _renormalised(option_logprobs: Sequence[float | None] | None) -> list[float]
 # ---------------------------------------------------------------------------------------------
 
 
+def _num(v: Any) -> float:
+    """A float read back from summary.json, where null is the NaN :func:`clean` wrote as null."""
+    return math.nan if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _interval(d: Mapping[str, Any] | None) -> MetricInterval | None:
+    return None if d is None else MetricInterval.from_json(d)
+
+
 @dataclass(frozen=True)
-class ForecastSummary(JsonFields):
+class NoteSummary(JsonRecord):
+    """App. H's writer over one row per item (:func:`note_summary`); field names and order are
+    summary.json's ``notes`` keys. The counts are None for readings made before ``note_ok``."""
+
+    max_words: int
+    retries: int
+    kept: int | None
+    not_kept: int | None
+    retried: int | None
+    mean_attempts: float
+    mean_words: float
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NoteSummary:
+        return cls(
+            int(d["max_words"]), int(d["retries"]), _opt_int(d["kept"]), _opt_int(d["not_kept"]), _opt_int(d["retried"]),
+            _num(d["mean_attempts"]), _num(d["mean_words"]),
+        )
+
+
+@dataclass(frozen=True)
+class ReaderSummary(JsonRecord):
+    """The note-only reader over the items: its target, accuracies (NaN where none is defined),
+    how often the spacings agree, its choices and option mass; summary.json's ``reader`` keys."""
+
+    target: str
+    accuracy_target: float
+    accuracy: float
+    accuracy_spaced: float
+    spaced_unspaced_agreement: float
+    n_agree: int
+    n_compared: int
+    choices: Mapping[str, int]
+    choices_spaced: Mapping[str, int]
+    gold: Mapping[str, int]
+    mass: MassSummary
+    mass_spaced: MassSummary
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReaderSummary:
+        return cls(
+            str(d["target"]), _num(d["accuracy_target"]), _num(d["accuracy"]), _num(d["accuracy_spaced"]),
+            _num(d["spaced_unspaced_agreement"]), int(d["n_agree"]), int(d["n_compared"]), dict(d["choices"]),
+            dict(d["choices_spaced"]), dict(d["gold"]), MassSummary.from_json(d["mass"]), MassSummary.from_json(d["mass_spaced"]),
+        )
+
+
+@dataclass(frozen=True)
+class PositionSummary(JsonRecord):
+    """The forecast at one position: AUROC and Brier with intervals (None without scored items),
+    its mean, the option mass and what the model would say there; summary.json's keys."""
+
+    auroc: MetricInterval | None
+    brier: MetricInterval | None
+    mean_forecast: float
+    mass: MassSummary
+    first_tokens_distinct: float
+    argmax_class: Mapping[str, int]
+    argmax_token: Mapping[str, int]
+    continuation_class: Mapping[str, int]
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PositionSummary:
+        return cls(
+            _interval(d["auroc"]), _interval(d["brier"]), _num(d["mean_forecast"]), MassSummary.from_json(d["mass"]),
+            _num(d["first_tokens_distinct"]), dict(d["argmax_class"]), dict(d["argmax_token"]), dict(d["continuation_class"]),
+        )
+
+
+@dataclass(frozen=True)
+class BrierReference(JsonRecord):
+    """What a forecast that knows nothing scores: the constant 0.5 and the in-sample base rate
+    (``base_rate_value``); JSON keys ``constant_0.5``, ``base_rate``, ``base_rate_value``."""
+
+    constant_half: float
+    base_rate: float
+    base_rate_value: float
+
+    def as_json(self) -> dict[str, object]:
+        return {"constant_0.5": self.constant_half, "base_rate": self.base_rate, "base_rate_value": self.base_rate_value}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BrierReference:
+        return cls(_num(d["constant_0.5"]), _num(d["base_rate"]), _num(d["base_rate_value"]))
+
+
+@dataclass(frozen=True)
+class ForecastSummary(JsonRecord):
     """Everything the forecast report states: summary.json less the run's description, field names
-    its keys. The nested records are :mod:`sleight.stats.downstream`'s JSON (intervals, mass
-    summaries, counts), NaN already None."""
+    its keys, the nested records :mod:`sleight.stats.downstream`'s and this module's; ``as_json`` is
+    the JSON (NaN as null)."""
 
-    n_items: int = 0
-    n_scored: int = 0
-    n_clusters: int = 0
-    B: int = 0
-    seed: int = 0
-    level: float = 0.95
-    notes: Mapping[str, Any] = field(default_factory=dict)  # App. H's writer: max_words, retries, kept, retried, mean_attempts, mean_words
-    reader: Mapping[str, Any] = field(default_factory=dict)  # the note-only reader: target, accuracies, choices, mass
-    positions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per position: auroc, brier, mass, classes
-    brier_reference: Mapping[str, Any] = field(default_factory=dict)  # constant_0.5, base_rate, base_rate_value
-    gain: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)  # stem minus original, per metric
+    n_items: int
+    n_scored: int
+    n_clusters: int
+    B: int
+    seed: int
+    level: float
+    notes: NoteSummary  # App. H's writer: max_words, retries, kept, retried, mean_attempts, mean_words
+    reader: ReaderSummary  # the note-only reader: target, accuracies, choices, mass
+    positions: Mapping[str, PositionSummary]  # per position: auroc, brier, mass, classes
+    brier_reference: BrierReference  # constant_0.5, base_rate, base_rate_value
+    gain: Mapping[str, PairedDifference | None]  # stem minus original, per metric (None without scored items)
+
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = clean({f.name: getattr(self, f.name) for f in fields(self)})
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ForecastSummary:
+        """The summary back from summary.json (the run's description there is ignored)."""
+        return cls(
+            int(d["n_items"]), int(d["n_scored"]), int(d["n_clusters"]), int(d["B"]), int(d["seed"]), float(d["level"]),
+            NoteSummary.from_json(d["notes"]), ReaderSummary.from_json(d["reader"]),
+            {p: PositionSummary.from_json(v) for p, v in d["positions"].items()}, BrierReference.from_json(d["brier_reference"]),
+            {m: None if v is None else PairedDifference.from_json(v) for m, v in d["gain"].items()},
+        )
 
 
-
-def note_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def note_summary(rows: Sequence[Mapping[str, Any]]) -> NoteSummary:
     """App. H's writer over one row per item: its limits, how many notes were kept (``kept``),
     how many of those took a retry, the mean attempts and the kept notes' mean length in words.
     Readings from the writer that cut notes to 32 words (before issue 34 item 1) have no ``note_ok``:
@@ -270,15 +470,15 @@ def note_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ok = [r.get("note_ok") for r in rows]
     known = rows if rows and all(v is not None for v in ok) else []
     kept = [r for r in known if r["note_ok"]]
-    return {
-        "max_words": NOTE_WORDS,
-        "retries": NOTE_RETRIES,
-        "kept": len(kept) if known else None,
-        "not_kept": len(known) - len(kept) if known else None,
-        "retried": sum(int(r["note_attempts"]) > 1 for r in kept) if known else None,
-        "mean_attempts": float(np.mean([r["note_attempts"] for r in known])) if known else math.nan,
-        "mean_words": float(np.mean([len(str(r["note"]).split()) for r in kept])) if kept else math.nan,
-    }
+    return NoteSummary(
+        max_words=NOTE_WORDS,
+        retries=NOTE_RETRIES,
+        kept=len(kept) if known else None,
+        not_kept=len(known) - len(kept) if known else None,
+        retried=sum(int(r["note_attempts"]) > 1 for r in kept) if known else None,
+        mean_attempts=float(np.mean([r["note_attempts"] for r in known])) if known else math.nan,
+        mean_words=float(np.mean([len(str(r["note"]).split()) for r in kept])) if kept else math.nan,
+    )
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> ForecastSummary:
@@ -303,52 +503,46 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
     correct = [r["reader_choice"] == r["gold"] for r in orig if r["reader_choice"] is not None]
     correct_sp = [r["correct_spaced"] for r in orig if r["correct_spaced"] is not None]
     correct_target = [r["correct"] for r in orig if r["correct"] is not None]
-    out: dict[str, Any] = {
-        "n_items": len(orig),
-        "n_scored": len(usable),
-        "n_clusters": int(np.unique(clusters).size),
-        "B": B,
-        "seed": seed,
-        "level": level,
-        "notes": note_summary(orig),
-        "reader": {
-            "target": target,
-            "accuracy_target": float(np.mean(correct_target)) if correct_target else math.nan,
-            "accuracy": float(np.mean(correct)) if correct else math.nan,
-            "accuracy_spaced": float(np.mean(correct_sp)) if correct_sp else math.nan,
-            "spaced_unspaced_agreement": float(np.mean(agree)) if agree else math.nan,
-            "n_agree": int(sum(agree)),
-            "n_compared": len(agree),
-            "choices": counts([r["reader_choice"] for r in orig]),
-            "choices_spaced": counts([r["reader_choice_spaced"] for r in orig]),
-            "gold": counts([r["gold"] for r in orig]),
-            "mass": mass_summary([r["reader_mass"] for r in orig], MASS_FLOOR),
-            "mass_spaced": mass_summary([r["reader_mass_spaced"] for r in orig], MASS_FLOOR),
-        },
-        "positions": {},
-    }
+    reader_summary = ReaderSummary(
+        target=target,
+        accuracy_target=float(np.mean(correct_target)) if correct_target else math.nan,
+        accuracy=float(np.mean(correct)) if correct else math.nan,
+        accuracy_spaced=float(np.mean(correct_sp)) if correct_sp else math.nan,
+        spaced_unspaced_agreement=float(np.mean(agree)) if agree else math.nan,
+        n_agree=int(sum(agree)),
+        n_compared=len(agree),
+        choices=counts([r["reader_choice"] for r in orig]),
+        choices_spaced=counts([r["reader_choice_spaced"] for r in orig]),
+        gold=counts([r["gold"] for r in orig]),
+        mass=mass_summary([r["reader_mass"] for r in orig], MASS_FLOOR),
+        mass_spaced=mass_summary([r["reader_mass_spaced"] for r in orig], MASS_FLOOR),
+    )
     base = float(y.mean()) if y.size else math.nan
-    out["brier_reference"] = {
-        "constant_0.5": 0.25 if y.size else math.nan,
-        "base_rate": base * (1.0 - base) if y.size else math.nan,
-        "base_rate_value": base,
-    }
+    reference = BrierReference(
+        constant_half=0.25 if y.size else math.nan,
+        base_rate=base * (1.0 - base) if y.size else math.nan,
+        base_rate_value=base,
+    )
+    positions = {}
     for p in POSITIONS:
         rs = by_pos[p]
-        out["positions"][p] = {
-            "auroc": metric_interval("auroc", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
-            "brier": metric_interval("brier", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
-            "mean_forecast": float(scores[p].mean()) if y.size else math.nan,
-            "mass": mass_summary([r["option_mass"] for r in rs], MASS_FLOOR),
-            "first_tokens_distinct": float(np.mean([bool(r["first_tokens_distinct"]) for r in rs])) if rs else math.nan,
-            "argmax_class": counts([r["argmax_class"] for r in rs]),
-            "argmax_token": counts([r["argmax_token"] for r in rs]),
-            "continuation_class": counts([r["continuation_class"] for r in rs]),
-        }
-    out["gain"] = {
+        positions[p] = PositionSummary(
+            auroc=metric_interval("auroc", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
+            brier=metric_interval("brier", scores[p], y, clusters=clusters, B=B, seed=seed, level=level) if y.size else None,
+            mean_forecast=float(scores[p].mean()) if y.size else math.nan,
+            mass=mass_summary([r["option_mass"] for r in rs], MASS_FLOOR),
+            first_tokens_distinct=float(np.mean([bool(r["first_tokens_distinct"]) for r in rs])) if rs else math.nan,
+            argmax_class=counts([r["argmax_class"] for r in rs]),
+            argmax_token=counts([r["argmax_token"] for r in rs]),
+            continuation_class=counts([r["continuation_class"] for r in rs]),
+        )
+    gain = {
         m: paired_difference(m, scores["stem"], scores["original"], y, clusters=clusters, B=B, seed=seed, level=level, name_a="stem", name_b="original")
         if y.size
         else None
         for m in ("auroc", "brier")
     }
-    return ForecastSummary.from_json(clean(out))
+    return ForecastSummary(
+        n_items=len(orig), n_scored=len(usable), n_clusters=int(np.unique(clusters).size), B=B, seed=seed, level=level,
+        notes=note_summary(orig), reader=reader_summary, positions=positions, brier_reference=reference, gain=gain,
+    )

@@ -28,7 +28,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -73,6 +73,25 @@ T1_STEM = "Estimate: "  # App. I: T1's answer stem
 ALT_STEM = T1_STEM
 
 
+class ReadoutRecord(TypedDict):
+    """One item read every way of :data:`READOUTS` (:func:`extra_readouts`): its target, cluster
+    and each readout's forecast (None where undefined), as forecast_readouts.json records it
+    unchanged, in this key order."""
+
+    item_id: str
+    cluster: int
+    correct: bool | None
+    original: float | None
+    stem: float | None
+    deleted: float | None
+    alt: float | None
+    alt_stem: float | None
+    continuation: float | None
+    continuation_text: str | None
+    stem_number: float | None  # SHORT_STEMS, in their order
+    stem_forecast: float | None
+
+
 def shipped_alt_template() -> str:
     """The alternative template of readouts (d) and (e): the paper's T1 (App. I, Table 13)."""
     return T1_TEMPLATE
@@ -110,7 +129,7 @@ def extra_readouts(
     *,
     template: str | None = None,
     stem: str = ALT_STEM,
-) -> list[dict[str, Any]]:
+) -> list[ReadoutRecord]:
     """One record per item: its target, cluster and every readout of :data:`READOUTS` (None where undefined).
 
     ``rows`` are :func:`~sleight.readout.forecast.pipeline.run_forecast`'s (its notes, reader
@@ -133,23 +152,24 @@ def extra_readouts(
             short_ctx[key].append(render(model, VariantSpec("stem", tuple(f_item.messages), prefill=short, chat_template=f_item.chat_template)))
     deleted, alt, alt_stem = _scores(model, deleted_ctx), _scores(model, alt_ctx), _scores(model, alt_stem_ctx)
     short_scores = {k: _scores(model, v) for k, v in short_ctx.items()}
-    out = []
+    out: list[ReadoutRecord] = []
     for k_item, it in enumerate(items):
         orig, st = by[(it.id, "original")], by[(it.id, "stem")]
         out.append(
-            {
-                "item_id": it.id,
-                "cluster": orig["cluster"],
-                "correct": orig["correct"],
-                "original": orig["score"],
-                "stem": st["score"],
-                "deleted": deleted[k_item],
-                "alt": alt[k_item],
-                "alt_stem": alt_stem[k_item],
-                "continuation": continuation_forecast(orig.get("continuation") or "", FORECAST_OPTIONS),
-                "continuation_text": orig.get("continuation"),
-                **{k: v[k_item] for k, v in short_scores.items()},
-            }
+            ReadoutRecord(
+                item_id=it.id,
+                cluster=orig["cluster"],
+                correct=orig["correct"],
+                original=orig["score"],
+                stem=st["score"],
+                deleted=deleted[k_item],
+                alt=alt[k_item],
+                alt_stem=alt_stem[k_item],
+                continuation=continuation_forecast(orig.get("continuation") or "", FORECAST_OPTIONS),
+                continuation_text=orig.get("continuation"),
+                stem_number=short_scores["stem_number"][k_item],
+                stem_forecast=short_scores["stem_forecast"][k_item],
+            )
         )
     return out
 

@@ -24,7 +24,7 @@ import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -114,22 +114,31 @@ def first_line_match(text: str, aliases: Sequence[str]) -> str | None:
     return None
 
 
+class SamplingSettings(TypedDict):
+    """lm-polygraph's three sampling settings for a checkpoint (:func:`generation_sampling`), merged
+    unchanged into a run's settings, where they are compared by name: a TypedDict of those keys."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+
 GENERATION_KEYS = ("temperature", "top_k", "top_p")
-POLYGRAPH_SAMPLING = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}  # GenerationParameters, utils/generation_parameters.py 28-31
+POLYGRAPH_SAMPLING = SamplingSettings(temperature=1.0, top_k=50, top_p=1.0)  # GenerationParameters, utils/generation_parameters.py 28-31
 
 
-def generation_sampling(generation_config: Mapping[str, Any] | None) -> dict[str, Any]:
+def generation_sampling(generation_config: Mapping[str, Any] | None) -> SamplingSettings:
     """The sampling settings lm-polygraph's answer step uses for a checkpoint (App. E: "at each
     checkpoint's own generation settings"): the library's defaults (:data:`POLYGRAPH_SAMPLING`) overridden by
     the checkpoint's ``generation_config`` where it sets ``temperature``, ``top_k`` or ``top_p``
     (``scripts/polygraph_eval`` 406-409)."""
-    out: dict[str, Any] = dict(POLYGRAPH_SAMPLING)
     gc = dict(generation_config or {})
-    for k in GENERATION_KEYS:
-        v = gc.get(k)
-        if v is not None:
-            out[k] = type(out[k])(v)
-    return out
+    temperature, top_k, top_p = (gc.get(k) for k in GENERATION_KEYS)
+    return SamplingSettings(
+        temperature=POLYGRAPH_SAMPLING["temperature"] if temperature is None else float(temperature),
+        top_k=POLYGRAPH_SAMPLING["top_k"] if top_k is None else int(top_k),
+        top_p=POLYGRAPH_SAMPLING["top_p"] if top_p is None else float(top_p),
+    )
 
 
 def first_standalone_letter(text: str, letters: Sequence[str] = LETTERS) -> str | None:

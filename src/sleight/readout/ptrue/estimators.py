@@ -14,10 +14,10 @@ bootstrap differences of each P(True) readout against each estimator, on the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import pyarrow as pa
 
@@ -27,11 +27,53 @@ from sleight.errors import UserError
 from sleight.readout.ptrue.answers import POLYGRAPH_STOP, Answer, QAItem, Sampling, stopped_generation
 from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
-from sleight.readout.ptrue.uncertainty import DEFAULT_SAMPLES, answer_tokens, comparison, estimate
+from sleight.readout.ptrue.uncertainty import DEFAULT_SAMPLES, Comparison, answer_tokens, comparison, estimate
 from sleight.render import interval
 from sleight.rundir import RunDir
+from sleight.stats.downstream import JsonRecord, clean
 
 ANSWER_TOKENS = 32
+
+# One answer, wide: ``item_id``, ``answer``, ``label``, then one column per estimator (its uncertainty)
+# and per P(True) readout (``ptrue_<name>``, its probability; None where undefined). The estimators
+# are those the run computed, so the keys vary with the run: a plain dictionary of those values.
+WideRow = dict[str, str | float | None]
+
+
+class LongRow(TypedDict):
+    """One row of the estimators' readings.parquet (:data:`ESTIMATOR_SCHEMA`): one answer and one
+    scorer, written and read back unchanged, keyed by column."""
+
+    item_id: str
+    answer: str
+    label: float
+    scorer: str
+    score: float | None
+    uncertainty: float | None
+
+
+@dataclass(frozen=True)
+class EstimatorRun:
+    """A finished comparison (:func:`run_estimators`, :func:`run_estimators_dir`): who computed the
+    estimators, the settings, the notes on those not computed, the wide rows and the summary; a run
+    directory adds its long readings and how many chunks this call ran. ``as_json`` is
+    estimators.json less the model."""
+
+    engine: str
+    instruct: bool
+    max_new_tokens: int
+    samples: int
+    notes: list[str]
+    rows: list[WideRow]
+    summary: Comparison
+    readings: list[LongRow] = field(default_factory=list)
+    new_chunks: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "engine": self.engine, "instruct": self.instruct, "max_new_tokens": self.max_new_tokens, "samples": self.samples,
+            "notes": self.notes, "rows": self.rows, "summary": clean(self.summary),
+        }
 
 
 @dataclass(frozen=True)
@@ -48,7 +90,7 @@ class Answering:
     stop: Sequence[str] = POLYGRAPH_STOP
 
 
-def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering) -> tuple[list[dict[str, Any]], str, list[str]]:
+def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering) -> tuple[list[WideRow], str, list[str]]:
     """Per answer: text, correctness, every estimator and every P(True) readout (wide rows); who
     computed the estimators; a note per default estimator not computed, and why. Answers end after
     the first newline as lm-polygraph's configs end them (``how.stop``; ``()``: at EOS or the budget)."""
@@ -73,7 +115,7 @@ def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering
         use_polygraph=how.use_polygraph,
     )
     readouts = {name: values[name] for name in READOUT_LABELS}  # Library as its probability (the same ranking)
-    rows = [
+    rows: list[WideRow] = [
         {
             "item_id": p["item_id"],
             "answer": p["answer"],
@@ -86,12 +128,17 @@ def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering
     return rows, engine, notes
 
 
-def summarise(rows: Sequence[dict[str, Any]], *, B: int = 20000, seed: int = 0) -> dict[str, Any]:
+def summarise(rows: Sequence[WideRow], *, B: int = 20000, seed: int = 0) -> Comparison:
     """The comparison over wide rows: every estimator's and P(True) readout's AUROC and PRR, and the
     paired differences (:func:`~sleight.readout.ptrue.uncertainty.comparison`)."""
-    est = {k: [r[k] for r in rows] for k in rows[0] if k not in ("item_id", "answer", "label") and not k.startswith("ptrue_")} if rows else {}
-    pt = {k.removeprefix("ptrue_"): [r[k] for r in rows] for k in (rows[0] if rows else {}) if k.startswith("ptrue_")}
-    return comparison([r["label"] for r in rows], [r["item_id"] for r in rows], est, pt, B=B, seed=seed)
+    est = {k: _numbers(rows, k) for k in rows[0] if k not in ("item_id", "answer", "label") and not k.startswith("ptrue_")} if rows else {}
+    pt = {k.removeprefix("ptrue_"): _numbers(rows, k) for k in (rows[0] if rows else {}) if k.startswith("ptrue_")}
+    return comparison([cast(float, r["label"]) for r in rows], [r["item_id"] for r in rows], est, pt, B=B, seed=seed)
+
+
+def _numbers(rows: Sequence[WideRow], key: str) -> list[float | None]:
+    """One numeric column of wide rows (every column but ``item_id`` and ``answer`` is a number or None)."""
+    return [cast("float | None", r[key]) for r in rows]
 
 
 def run_estimators(
@@ -105,7 +152,7 @@ def run_estimators(
     sampling: Sampling | None = None,
     B: int = 20000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> EstimatorRun:
     """Per answer: text, correctness, every estimator and every P(True) readout; and the comparison.
 
     ``samples`` answers per question are drawn (``sampling``: lm-polygraph's defaults) for the
@@ -115,7 +162,7 @@ def run_estimators(
     how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling)
     rows, engine, notes = estimator_rows(model, items, how)
     summary = summarise(rows, B=B, seed=seed)
-    return {"engine": engine, "instruct": instruct, "max_new_tokens": max_new_tokens, "samples": samples, "notes": notes, "rows": rows, "summary": summary}
+    return EstimatorRun(engine, instruct, max_new_tokens, samples, notes, rows, summary)
 
 
 # -- the run directory (kind ``estimators``): one part per chunk of questions, resumed -------------
@@ -130,7 +177,7 @@ ESTIMATOR_SCHEMA = pa.schema(
 )
 
 
-def long_rows(wide: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def long_rows(wide: Sequence[WideRow]) -> list[LongRow]:
     """Wide rows (one per answer) as :data:`ESTIMATOR_SCHEMA` rows (one per answer and scorer)."""
     out = []
     for r in wide:
@@ -138,13 +185,14 @@ def long_rows(wide: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if k in ("item_id", "answer", "label"):
                 continue
             ptrue = k.startswith("ptrue_")
-            out.append({"item_id": r["item_id"], "answer": r["answer"], "label": float(r["label"]), "scorer": k,
-                        "score": v if ptrue or v is None else -float(v), "uncertainty": None if ptrue else v})
+            value = None if v is None else float(v)
+            out.append(LongRow(item_id=str(r["item_id"]), answer=str(r["answer"]), label=float(cast(float, r["label"])), scorer=k,
+                               score=value if ptrue or value is None else -value, uncertainty=None if ptrue else value))
     return out
 
 
-def wide_rows(long: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def wide_rows(long: Sequence[LongRow]) -> list[WideRow]:
+    out: dict[str, WideRow] = {}
     for r in long:
         w = out.setdefault(r["item_id"], {"item_id": r["item_id"], "answer": r["answer"], "label": r["label"]})
         w[r["scorer"]] = r["score"] if r["scorer"].startswith("ptrue_") else r["uncertainty"]
@@ -164,7 +212,7 @@ def run_estimators_dir(
     B: int = 20000,
     seed: int = 0,
     overwrite: bool = False,
-) -> dict[str, Any]:
+) -> EstimatorRun:
     """``readout estimators`` as a resumable run directory (App. E's comparison): questions in
     fixed chunks of :data:`CHUNK`, each committed as one part, so a killed run resumes at the first
     chunk not done and a finished one loads no model; then readings.parquet, estimators.json/md."""
@@ -194,44 +242,47 @@ def run_estimators_dir(
     run.commit_parts(config, todo, units=len(chunks), start=start, write=write, extra={"engine": None})
     table = parts.read(list(chunks))
     rundir.write_table(out / READINGS, table, schema=ESTIMATOR_SCHEMA)
-    long = table.to_pylist()
+    long = cast(list[LongRow], table.to_pylist())  # read in ESTIMATOR_SCHEMA
     wide = wide_rows(long)
     info = rundir.read_json(out / "engine.json")
-    result = {"engine": info["engine"], "instruct": instruct, "max_new_tokens": max_new_tokens, "samples": samples, "notes": info["notes"],
-              "rows": wide, "summary": summarise(wide, B=B, seed=seed), "readings": long, "new_chunks": len(todo)}
-    write_result(out, {k: v for k, v in result.items() if k not in ("readings", "new_chunks")}, dict(run.require().get("model") or {}))
+    result = EstimatorRun(info["engine"], instruct, max_new_tokens, samples, info["notes"], wide, summarise(wide, B=B, seed=seed), long, len(todo))
+    write_result(out, result, dict(run.require().get("model") or {}))
     return result
 
 
-def render_markdown(result: dict[str, Any], model_id: str) -> str:
-    s = result["summary"]
+def _ci(m: JsonRecord | None, key: str = "estimate") -> str:
+    return interval(None if m is None else m.as_json(), key=key)
+
+
+def render_markdown(result: EstimatorRun, model_id: str) -> str:
+    s = result.summary
     lines = [
         "# P(True) beside lm-polygraph's uncertainty estimators",
         "",
-        f"Model `{model_id}`; {s['n']} own answers, {s['n_correct']} correct; estimators computed by {result['engine']}; "
+        f"Model `{model_id}`; {s.n} own answers, {s.n_correct} correct; estimators computed by {result.engine}; "
         "confidence = -uncertainty. Intervals: 95% cluster bootstrap over questions.",
         "",
         "| score | AUROC | PRR |",
         "|---|---|---|",
     ]
-    for name, m in s["estimators"].items():
-        lines.append(f"| {name} | {interval(m['auroc'])} | {interval(m['prr'])} |")
-    for name, m in s["ptrue"].items():
-        lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {interval(m['auroc'])} | {interval(m['prr'])} |")
+    for name, m in s.estimators.items():
+        lines.append(f"| {name} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
+    for name, m in s.ptrue.items():
+        lines.append(f"| P(True): {READOUT_LABELS.get(name, name)} | {_ci(m['auroc'])} | {_ci(m['prr'])} |")
     lines += ["", "Paired differences (P(True) readout minus estimator, same replicates):", "", "| pair | ΔAUROC | ΔPRR |", "|---|---|---|"]
-    for pair, d in s["differences"].items():
-        cells = [interval(d[m], key="diff") for m in ("auroc", "prr")]
+    for pair, d in s.differences.items():
+        cells = [_ci(d[m], key="diff") for m in ("auroc", "prr")]
         lines.append(f"| {pair} | {cells[0]} | {cells[1]} |")
-    if result.get("notes"):
-        lines += ["", "Not computed:", ""] + [f"- {n}" for n in result["notes"]]
+    if result.notes:
+        lines += ["", "Not computed:", ""] + [f"- {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
 
 
-def write_result(out_dir: str | Path, result: dict[str, Any], model_info: dict[str, Any]) -> dict[str, Path]:
+def write_result(out_dir: str | Path, result: EstimatorRun, model_info: Mapping[str, object]) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "estimators.json", "md": out / "estimators.md"}
-    rundir.write_json(files["json"], {"model": model_info, **result})
+    rundir.write_json(files["json"], {"model": model_info, **result.as_json()})
     rundir.write_text(files["md"], render_markdown(result, str(model_info.get("model_id", "?"))))
     return files
 

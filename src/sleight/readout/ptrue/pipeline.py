@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -48,9 +48,14 @@ from sleight.readout.ptrue.answers import (
     judge_answer,
     sampled_answers,
 )
-from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, score_pairs
-from sleight.rundir import JsonFields
+from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, ReadoutRow, score_pairs
 from sleight.stats.downstream import (
+    AnswerLetterInterval,
+    JsonRecord,
+    LetterAuroc,
+    MassSummary,
+    MetricInterval,
+    PairedDifference,
     all_pairs,
     answer_letter_auroc_interval,
     clean,
@@ -80,6 +85,40 @@ def parse_settings(text: str) -> tuple[str, ...]:
 ARGMAX_SPLIT = ("gold", "printed", "neither")
 
 
+class Pair(TypedDict):
+    """One (question, answer, label) pair the readouts score: its fields become columns of every
+    row of the pair (:func:`score_pair_rows`, less ``deleted_question``), so a TypedDict of those
+    keys. ``answer_tokens``/``answer_finish`` exist for own answers only; ``setting`` once
+    :func:`run_ptrue` sorts the pair into one."""
+
+    setting: NotRequired[str]
+    item_id: str
+    question: str
+    deleted_question: str | None
+    answer: str
+    answer_source: str  # own | gold | wrong
+    label: float
+    matched: str | None
+    answer_tokens: NotRequired[int]
+    answer_finish: NotRequired[str | None]
+
+
+class PTrueRow(ReadoutRow):
+    """One row of ptrue.parquet / readings.parquet (:data:`sleight.readout.audit.ptrue_table.PTRUE_SCHEMA`):
+    the pair's fields, then its readout's (:class:`~sleight.readout.ptrue.readouts.ReadoutRow`).
+    A TypedDict: the row is written to Parquet and read back unchanged, keyed by column."""
+
+    setting: NotRequired[str]
+    item_id: str
+    question: str
+    answer: str
+    answer_source: str
+    label: float
+    matched: str | None
+    answer_tokens: NotRequired[int]
+    answer_finish: NotRequired[str | None]
+
+
 def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_letter: str | None) -> str | None:
     """Where the unrestricted argmax points on a lettered item with one printed answer: ``gold``
     (the gold letter), ``printed`` (the printed non-gold answer's letter), or ``neither``. The token
@@ -95,12 +134,12 @@ def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_lett
     return "neither"
 
 
-def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> list[dict[str, Any]]:
+def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> list[Pair]:
     """Gold (label 1) and wrong (label 0) answer per item; items without a wrong answer give only
     their gold row, which still counts but cannot pair. A lettered item prints bare letters, as
     App. E's wrong printed answer does: the gold letter, and the seeded non-gold letter
     (:func:`printed_wrong_letter`)."""
-    pairs = []
+    pairs: list[Pair] = []
     for it in items:
         wrong: str | None
         if it.choices is not None and it.gold_letter is not None:
@@ -111,30 +150,30 @@ def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> l
         else:
             gold, wrong = it.aliases[0], it.wrong
         dq = it.prompt_without_instruction
-        pairs.append({"item_id": it.id, "question": it.prompt, "deleted_question": dq, "answer": gold, "answer_source": "gold", "label": 1.0, "matched": None})
+        pairs.append(Pair(item_id=it.id, question=it.prompt, deleted_question=dq, answer=gold, answer_source="gold", label=1.0, matched=None))
         if wrong:
-            pairs.append({"item_id": it.id, "question": it.prompt, "deleted_question": dq, "answer": wrong, "answer_source": "wrong", "label": 0.0, "matched": None})
+            pairs.append(Pair(item_id=it.id, question=it.prompt, deleted_question=dq, answer=wrong, answer_source="wrong", label=0.0, matched=None))
     return pairs
 
 
-def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer], *, rule: str = "first_line") -> list[dict[str, Any]]:
+def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer], *, rule: str = "first_line") -> list[Pair]:
     """The model's own answer per item, labelled by the correctness rule (``rule``: the free-answer
     rule of :func:`~sleight.readout.ptrue.answers.judge_answer`)."""
-    pairs = []
+    pairs: list[Pair] = []
     for it, ans in zip(items, answers):
         ok, matched = judge_answer(it, ans.text, rule=rule)
         pairs.append(
-            {
-                "item_id": it.id,
-                "question": it.prompt,
-                "deleted_question": it.prompt_without_instruction,
-                "answer": ans.text,
-                "answer_source": "own",
-                "label": float(ok),
-                "matched": matched,
-                "answer_tokens": ans.n_tokens,
-                "answer_finish": ans.finish_reason,
-            }
+            Pair(
+                item_id=it.id,
+                question=it.prompt,
+                deleted_question=it.prompt_without_instruction,
+                answer=ans.text,
+                answer_source="own",
+                label=float(ok),
+                matched=matched,
+                answer_tokens=ans.n_tokens,
+                answer_finish=ans.finish_reason,
+            )
         )
     return pairs
 
@@ -145,7 +184,7 @@ def score_pair_rows(
     *,
     instruct: bool = True,
     continuation_tokens: int = CONTINUATION_TOKENS,
-) -> list[dict[str, Any]]:
+) -> list[PTrueRow]:
     """One row per (pair, readout): the pair's fields, then the readout's row from
     :func:`~sleight.readout.ptrue.readouts.score_pairs`. ``readout ptrue`` and ``readout audit --preset ptrue``
     both record these rows."""
@@ -159,7 +198,8 @@ def score_pair_rows(
     )
     n = len(READOUTS)
     bare = [{k: v for k, v in p.items() if k != "deleted_question"} for p in pairs]
-    return [{**p, **row} for k, p in enumerate(bare) for row in scored[k * n : (k + 1) * n]]
+    # a pair's fields and a readout's are PTRUE_SCHEMA's columns between them: the row is complete
+    return [cast(PTrueRow, {**p, **row}) for k, p in enumerate(bare) for row in scored[k * n : (k + 1) * n]]
 
 
 def no_instruction_note(items: Sequence[QAItem]) -> str | None:
@@ -183,7 +223,7 @@ def run_ptrue(
     sampling: Sampling | None = None,
     rule: str = "first_line",
     seed: int = PRINTED_SEED,
-) -> list[dict[str, Any]]:
+) -> list[PTrueRow]:
     """All model work: one row per (setting, pair, readout).
 
     ``sampling``: the own answers sampled as lm-polygraph samples them
@@ -203,7 +243,7 @@ def run_ptrue(
     note = no_instruction_note(items)
     if note:
         say(note)
-    pairs: list[dict[str, Any]] = []
+    pairs: list[Pair] = []
     if "own" in settings:
         if sampling is None:
             say(f"answering {len(items)} questions greedily")
@@ -223,54 +263,51 @@ def run_ptrue(
 # ---------------------------------------------------------------------------------------------
 
 
-def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level: float) -> dict[str, Any]:
+def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level: float) -> SettingSummary:
     by_r = {r: [x for x in rows if x["readout"] == r] for r in READOUT_NAMES}
     ref = by_r["library"]
     y = np.asarray([x["label"] for x in ref], dtype=np.float64)
     clusters = cluster_codes([x["item_id"] for x in ref])
     scores = {r: np.asarray([np.nan if x["score"] is None else x["score"] for x in by_r[r]], dtype=np.float64) for r in READOUT_NAMES}
-    out: dict[str, Any] = {
-        "n_pairs": len(ref),
-        "n_clusters": int(np.unique(clusters).size) if len(ref) else 0,
-        "n_correct": int(y.sum()),
-        "rate_correct": float(y.mean()) if y.size else math.nan,
-        "readouts": {},
-        "vs_library": {},
-        "pairs": {},
-    }
+    readouts: dict[str, ReadoutSummary] = {}
+    vs_library: dict[str, dict[str, PairedDifference | None]] = {}
     gold, printed = _letters(ref)
     for r in READOUT_NAMES:
         ok = np.isfinite(scores[r])
         rs = by_r[r]
-        out["readouts"][r] = {
-            "label": READOUT_LABELS[r],
-            "n_scored": int(ok.sum()),
-            "auroc": metric_interval("auroc", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
-            "prr": metric_interval("prr", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
-            "prr_0.5": metric_interval("prr_0.5", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
-            "options": list(READOUT_OPTIONS[r]),
-            "mass": mass_summary([x["option_mass"] for x in rs], MASS_FLOOR),
-            "first_tokens_distinct": float(np.mean([bool(x["first_tokens_distinct"]) for x in rs])) if rs else math.nan,
-            "argmax_class": counts([x["argmax_class"] for x in rs]),
-            "argmax_token": counts([x["argmax_token"] for x in rs]),
-            "continuation_class": counts([x["continuation_class"] for x in rs]),
-        }
+        per_letter: dict[str, LetterAuroc] | None = None
+        split: dict[str, int] | None = None
+        answer_letter: AnswerLetterInterval | None = None
         if any(g is not None for g in gold):
             lettered = ok & np.asarray([g is not None for g in gold])
-            out["readouts"][r]["per_letter_auroc"] = per_letter_auroc(scores[r][lettered], y[lettered], [str(g) for g, m in zip(gold, lettered) if m])
-            out["readouts"][r]["argmax_split"] = counts(
+            per_letter = per_letter_auroc(scores[r][lettered], y[lettered], [str(g) for g, m in zip(gold, lettered) if m])
+            split = counts(
                 [argmax_split(x["argmax_token"], g, p) for x, g, p in zip(rs, gold, printed) if g is not None and x["argmax_token"] is not None]
             )
         if any(g is not None for g in gold) and any(x.get("answer_source") == "own" for x in rs):
             codes = _answer_letter_codes(rs)
             keep = ok & np.isfinite(codes)
-            out["readouts"][r]["answer_letter_auroc"] = answer_letter_auroc_interval(
-                scores[r][keep], y[keep], codes[keep], B=B, seed=seed, level=level, clusters=clusters[keep]
-            )
+            answer_letter = answer_letter_auroc_interval(scores[r][keep], y[keep], codes[keep], B=B, seed=seed, level=level, clusters=clusters[keep])
+        readouts[r] = ReadoutSummary(
+            label=READOUT_LABELS[r],
+            n_scored=int(ok.sum()),
+            auroc=metric_interval("auroc", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
+            prr=metric_interval("prr", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
+            prr_half=metric_interval("prr_0.5", scores[r][ok], y[ok], clusters=clusters[ok], B=B, seed=seed, level=level) if ok.any() else None,
+            options=list(READOUT_OPTIONS[r]),
+            mass=mass_summary([x["option_mass"] for x in rs], MASS_FLOOR),
+            first_tokens_distinct=float(np.mean([bool(x["first_tokens_distinct"]) for x in rs])) if rs else math.nan,
+            argmax_class=counts([x["argmax_class"] for x in rs]),
+            argmax_token=counts([x["argmax_token"] for x in rs]),
+            continuation_class=counts([x["continuation_class"] for x in rs]),
+            per_letter_auroc=per_letter,
+            argmax_split=split,
+            answer_letter_auroc=answer_letter,
+        )
         if r == "library":
             continue
         both = ok & np.isfinite(scores["library"])
-        out["vs_library"][r] = {
+        vs_library[r] = {
             m: paired_difference(
                 m, scores[r][both], scores["library"][both], y[both], clusters=clusters[both], B=B, seed=seed, level=level, name_a=r, name_b="library"
             )
@@ -279,11 +316,20 @@ def _setting_summary(rows: Sequence[Mapping[str, Any]], B: int, seed: int, level
             for m in ("auroc", "prr")
         }
     full = np.all([np.isfinite(scores[r]) for r in READOUT_NAMES], axis=0) if len(ref) else np.zeros(0, dtype=bool)
+    pairs: dict[str, dict[str, PairedDifference]] = {}
     if full.any():
         common = {r: scores[r][full] for r in READOUT_NAMES}
-        out["pairs"] = {m: all_pairs(m, common, y[full], clusters=clusters[full], B=B, seed=seed, level=level) for m in ("auroc", "prr", "prr_0.5")}
-    out["n_all_readouts"] = int(full.sum())
-    return out
+        pairs = {m: all_pairs(m, common, y[full], clusters=clusters[full], B=B, seed=seed, level=level) for m in ("auroc", "prr", "prr_0.5")}
+    return SettingSummary(
+        n_pairs=len(ref),
+        n_clusters=int(np.unique(clusters).size) if len(ref) else 0,
+        n_correct=int(y.sum()),
+        rate_correct=float(y.mean()) if y.size else math.nan,
+        readouts=readouts,
+        vs_library=vs_library,
+        pairs=pairs,
+        n_all_readouts=int(full.sum()),
+    )
 
 
 def _answer_letter_codes(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -311,17 +357,117 @@ def _letters(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[
     return gold, printed
 
 
+def _num(v: Any) -> float:
+    """A float read back from summary.json, where null is the NaN :func:`clean` wrote as null."""
+    return math.nan if v is None else float(v)
+
+
+def _interval(d: Mapping[str, Any] | None) -> MetricInterval | None:
+    return None if d is None else MetricInterval.from_json(d)
+
+
+def _difference(d: Mapping[str, Any] | None) -> PairedDifference | None:
+    return None if d is None else PairedDifference.from_json(d)
+
+
 @dataclass(frozen=True)
-class PTrueSummary(JsonFields):
+class ReadoutSummary(JsonRecord):
+    """One readout in one setting: AUROC, PRR and PRR at 0.5 with intervals (None where it scores
+    nothing), its options, option mass and what the model would say there; field names and order
+    are summary.json's keys (``prr_half`` is ``prr_0.5``). The lettered items' per-letter AUROC and
+    argmax split, and the own answers' answer-letter AUROC, are None (and not in the JSON) where
+    the rows have none."""
+
+    label: str
+    n_scored: int
+    auroc: MetricInterval | None
+    prr: MetricInterval | None
+    prr_half: MetricInterval | None
+    options: list[str]
+    mass: MassSummary
+    first_tokens_distinct: float
+    argmax_class: Mapping[str, int]
+    argmax_token: Mapping[str, int]
+    continuation_class: Mapping[str, int]
+    per_letter_auroc: Mapping[str, LetterAuroc] | None = None
+    argmax_split: Mapping[str, int] | None = None
+    answer_letter_auroc: AnswerLetterInterval | None = None
+
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "label": self.label, "n_scored": self.n_scored, "auroc": self.auroc, "prr": self.prr, "prr_0.5": self.prr_half,
+            "options": self.options, "mass": self.mass, "first_tokens_distinct": self.first_tokens_distinct,
+            "argmax_class": self.argmax_class, "argmax_token": self.argmax_token, "continuation_class": self.continuation_class,
+        }
+        if self.per_letter_auroc is not None:
+            out["per_letter_auroc"] = self.per_letter_auroc
+        if self.argmax_split is not None:
+            out["argmax_split"] = self.argmax_split
+        if self.answer_letter_auroc is not None:
+            out["answer_letter_auroc"] = self.answer_letter_auroc
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReadoutSummary:
+        letters, answer_letter = d.get("per_letter_auroc"), d.get("answer_letter_auroc")
+        return cls(
+            str(d["label"]), int(d["n_scored"]), _interval(d["auroc"]), _interval(d["prr"]), _interval(d.get("prr_0.5")),
+            list(d["options"]), MassSummary.from_json(d["mass"]), _num(d["first_tokens_distinct"]), dict(d["argmax_class"]),
+            dict(d["argmax_token"]), dict(d["continuation_class"]),
+            None if letters is None else {k: LetterAuroc.from_json(v) for k, v in letters.items()},
+            d.get("argmax_split"),
+            None if answer_letter is None else AnswerLetterInterval.from_json(answer_letter),
+        )
+
+
+@dataclass(frozen=True)
+class SettingSummary(JsonRecord):
+    """One setting (own or constructed): its pairs, each readout (:class:`ReadoutSummary`), each
+    readout minus Library per metric (None where no pair scores both), every pair of readouts per
+    metric on the pairs all readouts score; field names and order are summary.json's keys."""
+
+    n_pairs: int
+    n_clusters: int
+    n_correct: int
+    rate_correct: float
+    readouts: Mapping[str, ReadoutSummary]
+    vs_library: Mapping[str, Mapping[str, PairedDifference | None]]
+    pairs: Mapping[str, Mapping[str, PairedDifference]]
+    n_all_readouts: int
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SettingSummary:
+        return cls(
+            int(d["n_pairs"]), int(d["n_clusters"]), int(d["n_correct"]), _num(d["rate_correct"]),
+            {r: ReadoutSummary.from_json(v) for r, v in d["readouts"].items()},
+            {r: {m: _difference(x) for m, x in v.items()} for r, v in d["vs_library"].items()},
+            {m: {k: PairedDifference.from_json(x) for k, x in v.items()} for m, v in d["pairs"].items()},
+            int(d["n_all_readouts"]),
+        )
+
+
+@dataclass(frozen=True)
+class PTrueSummary(JsonRecord):
     """Everything the P(True) report states: summary.json less the run's description, field names
-    its keys. Each setting's record (``n_pairs``, ``readouts``, ``vs_library``, ``pairs``, ...) is
-    :mod:`sleight.stats.downstream`'s JSON, NaN already None."""
+    its keys; each setting present (own / constructed) a :class:`SettingSummary`. ``as_json`` is
+    the JSON (NaN as null)."""
 
-    B: int = 0
-    seed: int = 0
-    level: float = 0.95
-    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # own / constructed, those present
+    B: int
+    seed: int
+    level: float
+    settings: Mapping[str, SettingSummary]  # own / constructed, those present
 
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = clean({f.name: getattr(self, f.name) for f in fields(self)})
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PTrueSummary:
+        """The summary back from summary.json (the run's description there is ignored)."""
+        return cls(int(d["B"]), int(d["seed"]), float(d["level"]), {k: SettingSummary.from_json(v) for k, v in d["settings"].items()})
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> PTrueSummary:
@@ -331,7 +477,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 
     for s in SETTINGS:
         srows = [r for r in rows if r["setting"] == s]
         if srows:
-            settings[s] = clean(_setting_summary(srows, B, seed, level))
+            settings[s] = _setting_summary(srows, B, seed, level)
     return PTrueSummary(B=B, seed=seed, level=level, settings=settings)
 
 
@@ -339,8 +485,12 @@ __all__ = [
     "ANSWER_MAX_NEW_TOKENS",
     "ARGMAX_SPLIT",
     "PRINTED_SEED",
+    "PTrueRow",
     "PTrueSummary",
+    "Pair",
     "READOUT_LABELS",
+    "ReadoutSummary",
+    "SettingSummary",
     "READOUT_OPTIONS",
     "SETTINGS",
     "argmax_split",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -107,6 +107,42 @@ READOUT_NAMES: tuple[str, ...] = tuple(r.name for r in READOUTS)
 READOUT_LABELS: dict[str, str] = {r.name: r.label for r in READOUTS}
 
 
+class TopToken(TypedDict):
+    """One of the most probable next tokens at a scored position (the audit's ``top_tokens`` struct)."""
+
+    id: int
+    token: str
+    prob: float
+
+
+class ReadoutRow(TypedDict):
+    """One readout of one pair (:func:`score_pairs`): its value, then the audit's columns for its
+    option set at its position and the greedy continuation there (None throughout where the
+    readout has no context). Columns of ptrue.parquet, written unchanged: a TypedDict of its keys."""
+
+    readout: str
+    score: float | None
+    library_prob: float | None
+    context: str | None
+    context_tail: str | None
+    n_context_tokens: int | None
+    ends_with_whitespace: bool | None
+    options: list[str]
+    boundary_preserved: bool | None
+    option_mass: float | None
+    first_token_ids: list[int] | None
+    first_tokens_distinct: bool | None
+    option_first_probs: list[float | None] | None
+    argmax_id: int | None
+    argmax_token: str | None
+    argmax_prob: float | None
+    argmax_class: str | None
+    top_tokens: list[TopToken] | None
+    option_logprobs: list[float | None] | None
+    continuation: str | None
+    continuation_class: str | None
+
+
 def polygraph_logprob(logprob: float, eos_logprobs: Sequence[float]) -> float:
     """log p(t) once the EOS tokens are masked, as lm-polygraph's first generated step reads it
     (``min_new_tokens=1``); the sanitiser's ``|EOS|·p_min`` term is dropped (see the module)."""
@@ -132,7 +168,7 @@ def score_pairs(
     instruct: bool = True,
     continuation_tokens: int = 16,
     rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
-) -> list[dict[str, Any]]:
+) -> list[ReadoutRow]:
     """One row per (pair, readout), pairs in order, readouts in registry order.
 
     ``score`` is the readout's value (log P(True) for Library, a probability for the others, None
@@ -177,7 +213,7 @@ def score_pairs(
         groups = [list(range(k, min(k + rows_per_pass, len(texts)))) for k in range(0, len(texts), max(1, rows_per_pass))]
         conts = list(continuations(model, [r.context_ids for r in readings], groups, continuation_tokens))
 
-    rows: list[dict[str, Any]] = []
+    rows: list[ReadoutRow] = []
     for q, a, dq, per in zip(questions, answers, deleted, slots):
         for r, slot in zip(READOUTS, per):
             if slot is None:
@@ -187,35 +223,49 @@ def score_pairs(
             quoted = dq if r.quotes == "deleted" and dq is not None else q
             pos, s = readings[c], readings[c].option_sets[k]
             score = readout_value(r, s, pos, eos)
-            row: dict[str, Any] = {
-                "readout": r.name,
-                "score": score,
-                "library_prob": math.exp(score) if r.value == "polygraph" and score is not None else None,
-                **context_columns(texts[c], pos.context_ids),
-                "options": list(r.options),
-            }
+            ctx = context_columns(texts[c], pos.context_ids)
             cols = position_columns(model, pos, s, letters=QUOTED_LETTERS)
-            row.update({key: cols[key] for key in POSITION_KEYS})
             cont = conts[c]
-            row["continuation"] = cont
-            row["continuation_class"] = (
-                None if cont is None else classify_continuation(cont, options=r.options, letters=QUOTED_LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
+            row = ReadoutRow(
+                readout=r.name,
+                score=score,
+                library_prob=math.exp(score) if r.value == "polygraph" and score is not None else None,
+                context=ctx["context"],
+                context_tail=ctx["context_tail"],
+                n_context_tokens=ctx["n_context_tokens"],
+                ends_with_whitespace=ctx["ends_with_whitespace"],
+                options=list(r.options),
+                boundary_preserved=cols["boundary_preserved"],
+                option_mass=cols["option_mass"],
+                first_token_ids=cols["first_token_ids"],
+                first_tokens_distinct=cols["first_tokens_distinct"],
+                option_first_probs=cols["option_first_probs"],
+                argmax_id=cols["argmax_id"],
+                argmax_token=cols["argmax_token"],
+                argmax_prob=cols["argmax_prob"],
+                argmax_class=cols["argmax_class"],
+                top_tokens=cols["top_tokens"],
+                option_logprobs=cols["option_logprobs"],
+                continuation=cont,
+                continuation_class=(
+                    None if cont is None else classify_continuation(cont, options=r.options, letters=QUOTED_LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
+                ),
             )
             rows.append(row)
     return rows
 
 
-def _unread_row(r: Readout) -> dict[str, Any]:
+def _unread_row(r: Readout) -> ReadoutRow:
     """A readout that has no context for this pair (Deleted of an item without an instruction)."""
-    row: dict[str, Any] = {"readout": r.name, "score": None, "library_prob": None, **dict.fromkeys(("context", "context_tail", "n_context_tokens", "ends_with_whitespace"))}
-    row["options"] = list(r.options)
-    row.update(dict.fromkeys(POSITION_KEYS))
-    row["continuation"] = None
-    row["continuation_class"] = None
-    return row
+    return ReadoutRow(
+        readout=r.name, score=None, library_prob=None, context=None, context_tail=None, n_context_tokens=None,
+        ends_with_whitespace=None, options=list(r.options), boundary_preserved=None, option_mass=None, first_token_ids=None,
+        first_tokens_distinct=None, option_first_probs=None, argmax_id=None, argmax_token=None, argmax_prob=None,
+        argmax_class=None, top_tokens=None, option_logprobs=None, continuation=None, continuation_class=None,
+    )
 
 
-POSITION_KEYS = (
+POSITION_KEYS = (  # the audit's position columns a readout row carries (ReadoutRow's, in its order)
     "boundary_preserved",
     "option_mass",
     "first_token_ids",

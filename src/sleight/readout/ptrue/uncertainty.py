@@ -44,14 +44,15 @@ correctness.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypedDict
 
 import numpy as np
 
 from sleight.backends.base import FullDistribution, Generation, LanguageModel
 from sleight.readout.ptrue.answers import Sampling
 from sleight.readout.ptrue.readouts import polygraph_logprob
+from sleight.stats.downstream import JsonRecord, MetricInterval, PairedDifference
 
 POLYGRAPH_VERSION = "0.7.0"
 DEFAULT_SAMPLES = 10  # SamplingGenerationCalculator(samples_n=10), stat_calculators/sample.py line 149
@@ -202,13 +203,44 @@ def answer_tokens(model: LanguageModel, prompts: Sequence[Sequence[int]], gens: 
     return out
 
 
-def greedy_stats(answers: Sequence[AnswerTokens]) -> dict[str, Any]:
+class GreedyStats(TypedDict):
+    """The greedy answers' statistics under lm-polygraph's own names (the library's estimators read
+    them from its stats dictionary, which this is, unchanged)."""
+
+    greedy_tokens: list[list[int]]
+    greedy_log_likelihoods: list[np.ndarray]
+    entropy: list[np.ndarray]
+
+
+class SampleStats(TypedDict):
+    """The sampled answers' statistics under lm-polygraph's own names (:func:`sample_stats`)."""
+
+    sample_tokens: list[list[list[int]]]
+    sample_texts: list[list[str]]
+    sample_log_likelihoods: list[list[list[float]]]
+    sample_log_probs: list[list[float]]
+
+
+class PolygraphStats(GreedyStats, total=False):
+    """lm-polygraph's stats dictionary as :func:`estimate` fills it for the library's estimators:
+    the greedy statistics, then what the estimators asked for need (samples, P(True) readings)."""
+
+    greedy_lm_log_likelihoods: list[np.ndarray]
+    p_true: np.ndarray
+    sample_tokens: list[list[list[int]]]
+    sample_texts: list[list[str]]
+    sample_log_likelihoods: list[list[list[float]]]
+    sample_log_probs: list[list[float]]
+    p_true_sampling: np.ndarray
+
+
+def greedy_stats(answers: Sequence[AnswerTokens]) -> GreedyStats:
     """``greedy_tokens``, ``greedy_log_likelihoods`` and ``entropy`` from the greedy records (float64)."""
-    return {
-        "greedy_tokens": [list(a.token_ids) for a in answers],
-        "greedy_log_likelihoods": [np.asarray(a.logprobs, dtype=np.float64) for a in answers],
-        "entropy": [np.asarray(a.entropies, dtype=np.float64) for a in answers],
-    }
+    return GreedyStats(
+        greedy_tokens=[list(a.token_ids) for a in answers],
+        greedy_log_likelihoods=[np.asarray(a.logprobs, dtype=np.float64) for a in answers],
+        entropy=[np.asarray(a.entropies, dtype=np.float64) for a in answers],
+    )
 
 
 def lm_log_likelihoods(model: LanguageModel, answers: Sequence[AnswerTokens]) -> list[np.ndarray]:
@@ -291,13 +323,13 @@ def sample_answers(
     return out
 
 
-def sample_stats(samples: Sequence[Samples]) -> dict[str, Any]:
-    return {
-        "sample_tokens": [[list(t) for t in s.tokens] for s in samples],
-        "sample_texts": [list(s.texts) for s in samples],
-        "sample_log_likelihoods": [[list(v) for v in s.log_likelihoods] for s in samples],
-        "sample_log_probs": [list(s.log_probs) for s in samples],
-    }
+def sample_stats(samples: Sequence[Samples]) -> SampleStats:
+    return SampleStats(
+        sample_tokens=[[list(t) for t in s.tokens] for s in samples],
+        sample_texts=[list(s.texts) for s in samples],
+        sample_log_likelihoods=[[list(v) for v in s.log_likelihoods] for s in samples],
+        sample_log_probs=[list(s.log_probs) for s in samples],
+    )
 
 
 def ptrue_sampling_logprobs(
@@ -356,13 +388,15 @@ def estimate(
         why = "lm-polygraph not installed" if use_polygraph else "lm-polygraph not asked for"
         notes = [f"{e.column}: not computed ({why}; pip install 'sleight[polygraph]')" for e in ESTIMATORS if e.column not in TOKEN_ESTIMATORS]
         return own_values(answers), "sleight", notes + skipped_notes()
-    stats: dict[str, Any] = {**greedy_stats(answers), "greedy_lm_log_likelihoods": lm_log_likelihoods(model, answers)}
+    stats = PolygraphStats(**greedy_stats(answers), greedy_lm_log_likelihoods=lm_log_likelihoods(model, answers))
     stats["p_true"] = np.asarray(p_true, dtype=np.float64)
     entries = [e for e in ESTIMATORS if e.needs in ("greedy", "ptrue")]
     notes = []
     if samples > 1:
         drawn = sample_answers(model, prompts, samples, max_new_tokens, sampling or Sampling())
-        stats.update(sample_stats(drawn))
+        sampled = sample_stats(drawn)
+        stats["sample_tokens"], stats["sample_texts"] = sampled["sample_tokens"], sampled["sample_texts"]
+        stats["sample_log_likelihoods"], stats["sample_log_probs"] = sampled["sample_log_likelihoods"], sampled["sample_log_probs"]
         stats["p_true_sampling"] = ptrue_sampling_logprobs(model, questions, answer_texts, drawn, instruct=instruct)
         entries += [e for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]
     else:
@@ -396,29 +430,47 @@ def comparison(
     B: int = 20000,
     seed: int = 0,
     level: float = 0.95,
-) -> dict[str, Any]:
+) -> Comparison:
     """AUROC and PRR of every estimator (confidence = -uncertainty) and every P(True) readout, and
     the paired difference of each P(True) readout against each estimator (same replicates).
 
     Each pair is scored on the answers where both are defined.
     """
-    from sleight.stats.downstream import clean, cluster_codes, metric_interval, paired_difference
+    from sleight.stats.downstream import cluster_codes, metric_interval, paired_difference
 
     y = np.asarray(labels, dtype=np.float64)
     cl = cluster_codes(list(clusters))
     conf = {k: -np.asarray(v, dtype=np.float64) for k, v in uncertainties.items()}
     pt = {k: np.asarray([np.nan if v is None else v for v in vals], dtype=np.float64) for k, vals in ptrue.items()}
 
-    def metrics(s: np.ndarray) -> dict[str, Any]:
+    def metrics(s: np.ndarray) -> dict[str, MetricInterval | None]:
         ok = np.isfinite(s)
         return {m: metric_interval(m, s[ok], y[ok], clusters=cl[ok], B=B, seed=seed, level=level) if ok.any() else None for m in ("auroc", "prr")}
 
-    out: dict[str, Any] = {"n": int(y.size), "n_correct": int(y.sum()), "estimators": {k: metrics(v) for k, v in conf.items()}, "ptrue": {k: metrics(v) for k, v in pt.items()}, "differences": {}}
+    differences: dict[str, dict[str, PairedDifference | None]] = {}
     for r, s in pt.items():
         for e, c in conf.items():
             ok = np.isfinite(s) & np.isfinite(c)
-            out["differences"][f"{r} - {e}"] = {
+            differences[f"{r} - {e}"] = {
                 m: paired_difference(m, s[ok], c[ok], y[ok], clusters=cl[ok], B=B, seed=seed, level=level, name_a=r, name_b=e) if ok.any() else None
                 for m in ("auroc", "prr")
             }
-    return clean(out)
+    return Comparison(
+        int(y.size), int(y.sum()), {k: metrics(v) for k, v in conf.items()}, {k: metrics(v) for k, v in pt.items()}, differences
+    )
+
+
+@dataclass(frozen=True)
+class Comparison(JsonRecord):
+    """P(True) beside the estimators (:func:`comparison`): per scorer, AUROC and PRR by metric name
+    (None where the scorer is defined on no answer), and per ``"readout - estimator"`` pair the
+    paired differences by metric name; field names and order are estimators.json's ``summary`` keys."""
+
+    n: int
+    n_correct: int
+    estimators: Mapping[str, Mapping[str, MetricInterval | None]]
+    ptrue: Mapping[str, Mapping[str, MetricInterval | None]]
+    differences: Mapping[str, Mapping[str, PairedDifference | None]]
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -14,6 +14,7 @@ their average is the mean over checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -221,7 +222,7 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
         scores = [_number(r.get(column.column or "")) for r in chosen]
         human = [_number(r.get(column.target or "human")) for r in chosen]
         w = within_document_spearman([x if math.isfinite(x) else None for x in scores], human, [r.get("doc_id") for r in chosen])
-        return Cell(math.nan if w["rho"] is None else float(w["rho"]), n=int(w["n_defined"]))
+        return Cell(math.nan if w.rho is None else float(w.rho), n=w.n_defined)
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)
@@ -304,10 +305,11 @@ def aggregate(
                 mcells = {m: by_name[m].cells[col.key] for m in members}
                 vals = {m: c.estimate for m, c in mcells.items()}
                 if all(math.isfinite(v) for v in vals.values()):
-                    loo[avg.name][col.key] = leave_one_out(vals)
+                    shifts = leave_one_out(vals)
                     reps = {m: c.replicates for m, c in mcells.items()}
                     if all(r is not None for r in reps.values()):
-                        loo[avg.name][col.key]["intervals"] = leave_one_out_intervals(reps, vals, config.level)
+                        shifts = dataclasses.replace(shifts, intervals=leave_one_out_intervals(reps, vals, config.level))
+                    loo[avg.name][col.key] = shifts.as_json()
     # the paper's rows that are not measured here (other checkpoints given, or rows only the paper
     # prints): the published cells, beside the reproduced ones
     labels = {c.name: c.shown for c in config.checkpoints}

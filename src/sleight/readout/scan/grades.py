@@ -7,19 +7,72 @@ collapses to one grade would otherwise look merely uncorrelated). Two readouts o
 summaries are compared with a paired document bootstrap: documents are resampled, both readouts'
 per-document rhos on the same replicates, so the interval is that of their difference.
 
-Pure numpy (rho from :func:`sleight.stats.rank.spearman_rows`); no model.
+The results are frozen records (:class:`DocumentRho`, :class:`PairedDocumentDifference`); each one's
+``as_record`` is the JSON object the scan's rows have always held (its keys in their order) and
+``from_record`` reads one back. Pure numpy (rho from :func:`sleight.stats.rank.spearman_rows`); no model.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from sleight.stats import bootstrap_ci, mean, paired_bootstrap
 from sleight.stats.rank import spearman_rows
+
+
+@dataclass(frozen=True)
+class DocumentRho:
+    """The within-document rho averaged over documents, with how many documents define it: the
+    agreement figure of App. G, read by field in the scan's rows and the reproduced tables."""
+
+    rho: float | None
+    n_documents: int
+    n_defined: int
+    n_undefined: int
+    per_document: Mapping[str, float | None]
+
+    def as_record(self) -> dict[str, object]:
+        return {"rho": self.rho, "n_documents": self.n_documents, "n_defined": self.n_defined, "n_undefined": self.n_undefined, "per_document": dict(self.per_document)}
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> DocumentRho:
+        per = {str(k): v for k, v in (d.get("per_document") or {}).items()}
+        return cls(d["rho"], int(d["n_documents"]), int(d["n_defined"]), int(d["n_undefined"]), per)
+
+
+@dataclass(frozen=True)
+class PairedDocumentDifference:
+    """Averaged within-document rho of readout ``a`` minus that of ``b`` over the documents where
+    both are defined, with its paired document-bootstrap interval (the numbers None where none is)."""
+
+    n_documents: int
+    n_paired: int
+    B: int
+    level: float
+    seed: int
+    rho_a: float | None = None
+    rho_b: float | None = None
+    diff: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "n_documents": self.n_documents, "n_paired": self.n_paired, "B": self.B, "level": self.level, "seed": self.seed,
+            "rho_a": self.rho_a, "rho_b": self.rho_b, "diff": self.diff, "low": self.low, "high": self.high,
+        }
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> PairedDocumentDifference:
+        return cls(
+            int(d["n_documents"]), int(d["n_paired"]), int(d["B"]), d["level"], int(d["seed"]),
+            d["rho_a"], d["rho_b"], d["diff"], d["low"], d["high"],
+        )
 
 
 def _mean(*arrays: Any, weights: np.ndarray | None = None) -> Any:
@@ -51,18 +104,18 @@ def per_document_rho(scores: Sequence[float | None], human: Sequence[float], doc
     return {d: spearman([p[0] for p in ps], [p[1] for p in ps]) for d, ps in groups.items()}
 
 
-def within_document_spearman(scores: Sequence[float | None], human: Sequence[float], docs: Sequence[Hashable]) -> dict[str, Any]:
+def within_document_spearman(scores: Sequence[float | None], human: Sequence[float], docs: Sequence[Hashable]) -> DocumentRho:
     """The average over documents of the within-document rho (None when no document has one),
     with the count of documents where rho is undefined."""
     per = per_document_rho(scores, human, docs)
     defined = [v for v in per.values() if v is not None]
-    return {
-        "rho": float(np.mean(defined)) if defined else None,
-        "n_documents": len(per),
-        "n_defined": len(defined),
-        "n_undefined": len(per) - len(defined),
-        "per_document": {str(k): v for k, v in per.items()},
-    }
+    return DocumentRho(
+        rho=float(np.mean(defined)) if defined else None,
+        n_documents=len(per),
+        n_defined=len(defined),
+        n_undefined=len(per) - len(defined),
+        per_document={str(k): v for k, v in per.items()},
+    )
 
 
 def paired_document_difference(
@@ -74,7 +127,7 @@ def paired_document_difference(
     B: int = 20000,
     seed: int = 0,
     level: float = 0.95,
-) -> dict[str, Any]:
+) -> PairedDocumentDifference:
     """Averaged within-document rho of ``a`` minus that of ``b``, with a paired document bootstrap.
 
     Only documents where both rhos are defined enter the difference (their count is reported);
@@ -82,27 +135,23 @@ def paired_document_difference(
     """
     pa, pb = per_document_rho(scores_a, human, docs), per_document_rho(scores_b, human, docs)
     both = [d for d in pa if pa[d] is not None and pb[d] is not None]
-    out: dict[str, Any] = {"n_documents": len(pa), "n_paired": len(both), "B": B, "level": level, "seed": seed}
+    counts = PairedDocumentDifference(n_documents=len(pa), n_paired=len(both), B=B, level=level, seed=seed)
     if not both:
-        return {**out, "rho_a": None, "rho_b": None, "diff": None, "low": None, "high": None}
+        return counts
     ra = np.asarray([pa[d] for d in both], dtype=np.float64)
     rb = np.asarray([pb[d] for d in both], dtype=np.float64)
     pbs = paired_bootstrap(_mean, (ra,), (rb,), B=B, seed=seed, level=level)
-    return {
-        **out,
-        "rho_a": pbs.estimate_a,
-        "rho_b": pbs.estimate_b,
-        "diff": pbs.diff,
-        "low": pbs.ci_diff.low,
-        "high": pbs.ci_diff.high,
-    }
+    return replace(counts, rho_a=pbs.estimate_a, rho_b=pbs.estimate_b, diff=pbs.diff, low=pbs.ci_diff.low, high=pbs.ci_diff.high)
 
 
-def rho_interval(scores: Sequence[float | None], human: Sequence[float], docs: Sequence[Hashable], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """The averaged rho with its document-bootstrap interval (None where no document defines it)."""
+def rho_interval(
+    scores: Sequence[float | None], human: Sequence[float], docs: Sequence[Hashable], *, B: int = 20000, seed: int = 0, level: float = 0.95
+) -> tuple[DocumentRho, float | None, float | None]:
+    """The averaged rho with its document-bootstrap interval ``(rho, low, high)``; the bounds None
+    where no document defines rho."""
     w = within_document_spearman(scores, human, docs)
-    vals = np.asarray([v for v in w["per_document"].values() if v is not None], dtype=np.float64)
+    vals = np.asarray([v for v in w.per_document.values() if v is not None], dtype=np.float64)
     if not vals.size:
-        return {**w, "low": None, "high": None}
+        return w, None, None
     ci = bootstrap_ci(_mean, vals, B=B, seed=seed, level=level)
-    return {**w, "low": ci.low, "high": ci.high}
+    return w, ci.low, ci.high

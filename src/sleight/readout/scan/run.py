@@ -12,8 +12,9 @@ For each chosen preset (:mod:`.scorers`) the scan
 4. for items with human ratings grouped by document (G-Eval), the within-document Spearman of the
    as-declared first-token grade and of the full-sequence space-prefixed grade (:mod:`.grades`).
 
-:func:`scan_row` (pure) turns those numbers into the row of the report: the shape of the study's
-Table 11. The rules behind its flags are in :data:`FLAG_RULES`.
+:func:`scan_row` (pure) turns those numbers into the row of the report (a
+:class:`~sleight.readout.scan.records.ScanRow`): the shape of the study's Table 11. The rules behind
+its flags are in :data:`FLAG_RULES`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -36,10 +37,20 @@ from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.audit.classify import is_numeric
 from sleight.readout.audit.items import AuditItem
 from sleight.readout.audit.run import AuditConfig, load_readings, run_audit
-from sleight.readout.audit.summary import AuditSummary
+from sleight.readout.audit.summary import AuditSummary, VariantSummary
 from sleight.readout.audit.variants import make_variant, render
 from sleight.readout.scan.grades import paired_document_difference, within_document_spearman
-from sleight.readout.scan.report import ScanSummary
+from sleight.readout.scan.records import (
+    ParsedReply,
+    ParserResult,
+    PositionSummary,
+    RepairSummary,
+    ScanFile,
+    ScanGrades,
+    ScanReading,
+    ScanRow,
+    ScanSummary,
+)
 from sleight.readout.scan.scorers import ScorerPreset, get_scorer, records_from_data, scorer_items, scorer_records
 from sleight.readout.scan.text_parsers import TEXT_PARSERS, rotation_contrast
 from sleight.rundir import RunDir
@@ -57,6 +68,18 @@ FLAG_RULES: dict[str, str] = {
 FAILING = ("collapse", "not scorable by first tokens", "letter read as verdict")
 
 
+class ScanConfigRecord(TypedDict):
+    """A scan's config as its run directory's manifest holds it (handed to :class:`~sleight.rundir.RunDir` as it is)."""
+
+    presets: list[str]
+    limit: int | None
+    max_new_tokens: int
+    reply_tokens: int
+    templates: dict[str, str]
+    records: dict[str, str]
+    data: str | None
+
+
 @dataclass(frozen=True)
 class ScanConfig:
     """What a scan covers: presets, their inputs (default: the shipped templates and fixtures)."""
@@ -70,7 +93,7 @@ class ScanConfig:
     records: Mapping[str, str] = field(default_factory=dict)
     data: str | None = None  # a data-layer spec (race-h: Table 11; summeval: App. G) filled into every preset
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> ScanConfigRecord:
         """The run directory's config: everything that decides the readings (a resume with another
         value is refused; ``floor`` only judges, so it is left out)."""
         return {
@@ -82,9 +105,9 @@ class ScanConfig:
 @dataclass
 class ScanResult:
     out_dir: Path
-    rows: list[dict[str, Any]]
+    rows: list[ScanRow]
     files: dict[str, Path]
-    readings: list[dict[str, Any]] = field(default_factory=list)
+    readings: list[ScanReading] = field(default_factory=list)
     new_presets: int = 0
 
 
@@ -141,18 +164,18 @@ def first_token_score(s: OptionSetReading, scale: float) -> float | None:
     return expected_score(list(s.first_logprobs), s.options, scale)
 
 
-def position_summary(sets: Sequence[OptionSetReading], floor: float) -> dict[str, Any]:
+def position_summary(sets: Sequence[OptionSetReading], floor: float) -> PositionSummary:
     """Mass and distinctness of one option set over the items (None masses counted, never 0)."""
     masses = [s.mass for s in sets]
     med = _median(masses)
-    return {
-        "mass_median": med,
-        "mass_null": sum(m is None for m in masses),
-        "below_floor": sum(m is not None and m < floor for m in masses),
-        "distinct_rate": _rate([s.distinct if s.boundary_preserved else None for s in sets]),
-        "boundary_rate": _rate([s.boundary_preserved for s in sets]),
-        "clears_floor": med is not None and med >= floor,
-    }
+    return PositionSummary(
+        mass_median=med,
+        mass_null=sum(m is None for m in masses),
+        below_floor=sum(m is not None and m < floor for m in masses),
+        distinct_rate=_rate([s.distinct if s.boundary_preserved else None for s in sets]),
+        boundary_rate=_rate([s.boundary_preserved for s in sets]),
+        clears_floor=med is not None and med >= floor,
+    )
 
 
 def _most_common(counts: Mapping[str, int] | None) -> str | None:
@@ -160,24 +183,24 @@ def _most_common(counts: Mapping[str, int] | None) -> str | None:
     return max(live, key=lambda k: (live[k], k)) if live else None
 
 
-def scan_flags(row: Mapping[str, Any], parser: str, options: Sequence[str], floor: float) -> list[str]:
+def scan_flags(row: ScanRow, parser: str, options: Sequence[str], floor: float) -> list[str]:
     """The failure modes a row shows, by the rules in :data:`FLAG_RULES`."""
     flags = []
-    d = row["declared"]
-    if d["mass_median"] is None or d["mass_median"] < floor:
+    d = row.declared
+    if d.mass_median is None or d.mass_median < floor:
         flags.append("collapse")
-    shared = (d["distinct_rate"] is not None and d["distinct_rate"] < 1) or (d["boundary_rate"] or 0) < 1
+    shared = (d.distinct_rate is not None and d.distinct_rate < 1) or (d.boundary_rate or 0) < 1
     if shared and parser == "first_token":
         flags.append("not scorable by first tokens")
-    elif d["distinct_rate"] is not None and d["distinct_rate"] < 1:
+    elif d.distinct_rate is not None and d.distinct_rate < 1:
         flags.append("declared labels share a first token")
-    sp = row["spaced"]
-    if sp["distinct_rate"] is not None and sp["distinct_rate"] < 1:
+    sp = row.spaced
+    if sp.distinct_rate is not None and sp.distinct_rate < 1:
         flags.append("space-prefixed labels share a first token")
-    ws = row["separator_rate"]
+    ws = row.separator_rate
     if (ws is None or ws < 1) and not any(o[:1].isspace() for o in options):
         flags.append("missing separator")
-    if row.get("parser_result") and row["parser_result"]["tracking_items"]:
+    if row.parser_result is not None and row.parser_result.tracking_items:
         flags.append("letter read as verdict")
     return flags
 
@@ -188,14 +211,14 @@ def verdict_of(flags: Sequence[str]) -> str:
     return "warn" if flags else "pass"
 
 
-def original_summary(summary: AuditSummary | Mapping[str, Any]) -> dict[str, Any]:
-    """The audit summary's original-position numbers as JSON (the typed :class:`AuditSummary` of a
-    run, or its JSON form)."""
+def original_summary(summary: AuditSummary | Mapping[str, Any]) -> VariantSummary | None:
+    """The audit summary's original-position numbers as its summary.json holds them (from the typed
+    :class:`AuditSummary` of a run, or its JSON form); None where it has no original variant."""
     variants = summary.get("variants") if isinstance(summary, Mapping) else summary.variants
     orig = (variants or {}).get("original")
     if orig is None:
-        return {}
-    return dict(orig) if isinstance(orig, Mapping) else orig.as_json()
+        return None
+    return VariantSummary.from_json(orig if isinstance(orig, Mapping) else orig.as_json())
 
 
 def scan_row(
@@ -207,37 +230,36 @@ def scan_row(
     *,
     report: str,
     floor: float = MASS_FLOOR,
-    parser_result: Mapping[str, Any] | None = None,
-    grades: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    parser_result: ParserResult | None = None,
+    grades: ScanGrades | None = None,
+) -> ScanRow:
     """One row of the scan report from the audit summary and the three readings of each item."""
-    orig = original_summary(summary)
-    row: dict[str, Any] = {
-        "preset": preset.name,
-        "title": preset.title,
-        "source": {"paper": preset.source.paper, "url": preset.source.url, "repo": preset.source.repo, "files": list(preset.source.files), "revision": preset.source.revision},
-        "rendering": preset.rendering,
-        "parser": preset.parser,
-        "parser_note": preset.parser_note,
-        "label_format": preset.label_format,
-        "options": list(preset.options),
-        "spaced_options": list(preset.spaced_options),
-        "n_items": orig.get("n_measured", len(declared)),
-        "declared": position_summary(declared, floor),
-        "spaced": position_summary(spaced, floor),
-        "separator_rate": orig.get("ends_with_whitespace_rate"),
-        "argmax_class": _most_common(orig.get("argmax_classes")),
-        "argmax_classes": dict(orig.get("argmax_classes") or {}),
-        "continuation": _most_common(orig.get("continuation_classes")),
-        "continuation_classes": dict(orig.get("continuation_classes") or {}),
-        "repair": {"kind": preset.repair.kind, "description": preset.repair.description, "options": list(preset.repair.options), **position_summary(repaired, floor)},
-        "parser_result": dict(parser_result) if parser_result else None,
-        "grades": dict(grades) if grades else None,
-        "report": report,
-    }
-    row["flags"] = scan_flags(row, preset.parser, preset.options, floor)
-    row["verdict"] = verdict_of(row["flags"])
-    return row
+    orig = original_summary(summary) or VariantSummary(n_measured=len(declared))
+    row = ScanRow(
+        preset=preset.name,
+        title=preset.title,
+        source=preset.source,
+        rendering=preset.rendering,
+        parser=preset.parser,
+        parser_note=preset.parser_note,
+        label_format=preset.label_format,
+        options=preset.options,
+        spaced_options=preset.spaced_options,
+        n_items=orig.n_measured,
+        declared=position_summary(declared, floor),
+        spaced=position_summary(spaced, floor),
+        separator_rate=orig.ends_with_whitespace_rate,
+        argmax_class=_most_common(orig.argmax_classes),
+        argmax_classes=dict(orig.argmax_classes or {}),
+        continuation=_most_common(orig.continuation_classes),
+        continuation_classes=dict(orig.continuation_classes or {}),
+        repair=RepairSummary(preset.repair.kind, preset.repair.description, preset.repair.options, position_summary(repaired, floor)),
+        parser_result=parser_result,
+        grades=grades,
+        report=report,
+    )
+    flags = scan_flags(row, preset.parser, preset.options, floor)
+    return replace(row, flags=tuple(flags), verdict=verdict_of(flags))
 
 
 def reading_rows(
@@ -246,21 +268,21 @@ def reading_rows(
     contexts: Sequence[str],
     pos: Sequence[PositionReading],
     repaired: Sequence[OptionSetReading],
-) -> list[dict[str, Any]]:
+) -> list[ScanReading]:
     """The readings of one preset, one row per item (:data:`SCAN_SCHEMA`)."""
     out = []
     for it, ctx, p, rep in zip(items, contexts, pos, repaired):
         d, sp = p.option_sets[0], p.option_sets[1]
         out.append(
-            {
-                "preset": preset.name, "item_id": it.id, "doc_id": str(it.meta.get("doc_id", it.id)), "human": it.target,
-                "mass": d.mass, "mass_spaced": sp.mass, "mass_repaired": rep.mass,
-                "distinct": d.distinct if d.boundary_preserved else None, "distinct_spaced": sp.distinct if sp.boundary_preserved else None,
-                "boundary": d.boundary_preserved, "argmax_option": p.argmax_id in {i for i in d.first_ids if i is not None},
-                "ends_with_whitespace": ctx[-1:].isspace(),
-                "score_first": first_token_score(d, preset.score_scale),
-                "score_full_spaced": expected_score(list(sp.logprobs), sp.options, preset.score_scale),
-            }
+            ScanReading(
+                preset=preset.name, item_id=it.id, doc_id=str(it.meta.get("doc_id", it.id)), human=it.target,
+                mass=d.mass, mass_spaced=sp.mass, mass_repaired=rep.mass,
+                distinct=d.distinct if d.boundary_preserved else None, distinct_spaced=sp.distinct if sp.boundary_preserved else None,
+                boundary=d.boundary_preserved, argmax_option=p.argmax_id in {i for i in d.first_ids if i is not None},
+                ends_with_whitespace=ctx[-1:].isspace(),
+                score_first=first_token_score(d, preset.score_scale),
+                score_full_spaced=expected_score(list(sp.logprobs), sp.options, preset.score_scale),
+            )
         )
     return out
 
@@ -278,21 +300,21 @@ def repaired_context(model: LanguageModel, item: AuditItem, original: str, prese
     return original
 
 
-def _grades(items: Sequence[AuditItem], declared: Sequence[OptionSetReading], spaced: Sequence[OptionSetReading], scale: float, B: int) -> dict[str, Any] | None:
+def _grades(items: Sequence[AuditItem], declared: Sequence[OptionSetReading], spaced: Sequence[OptionSetReading], scale: float, B: int) -> ScanGrades | None:
     docs = [i.meta.get("doc_id") for i in items]
     human = [i.target for i in items]
     if any(d is None for d in docs) or any(h is None for h in human):
         return None
     first = [first_token_score(s, scale) for s in declared]
     full = [expected_score(list(s.logprobs), s.options, scale) for s in spaced]
-    return {
-        "declared_first_token": within_document_spearman(first, human, docs),  # type: ignore[arg-type]
-        "spaced_full_sequence": within_document_spearman(full, human, docs),  # type: ignore[arg-type]
-        "difference": paired_document_difference(full, first, human, docs, B=B),  # type: ignore[arg-type]
-    }
+    return ScanGrades(
+        declared_first_token=within_document_spearman(first, human, docs),  # type: ignore[arg-type]
+        spaced_full_sequence=within_document_spearman(full, human, docs),  # type: ignore[arg-type]
+        difference=paired_document_difference(full, first, human, docs, B=B),  # type: ignore[arg-type]
+    )
 
 
-def preset_records(preset: ScorerPreset, config: ScanConfig) -> list[dict[str, Any]]:
+def preset_records(preset: ScorerPreset, config: ScanConfig) -> list[dict[str, object]]:
     """A preset's records: the data spec's (each App. G document counts once against ``limit``), a
     user's file, or the shipped fixture."""
     if config.data is None:
@@ -313,7 +335,7 @@ def scan_preset(
     overwrite: bool = False,
     show_progress: bool = False,
     B: int = 20000,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[ScanRow, list[ScanReading]]:
     """Audit one preset into ``out_dir / part_key(name)``; its scan row and its readings."""
     preset = get_scorer(name)
     records = preset_records(preset, config)
@@ -335,11 +357,11 @@ def scan_preset(
     parser_result = None
     if preset.text_parser:
         parse = TEXT_PARSERS[preset.text_parser]
-        replies = [
-            {"item": i.meta.get("item", i.id), "gold_letter": i.meta.get("gold_letter"), "reply": str(orig.loc[i.id, "continuation"]), "verdict": parse(str(orig.loc[i.id, "continuation"]))}
+        replies = tuple(
+            ParsedReply(item=i.meta.get("item", i.id), gold_letter=i.meta.get("gold_letter"), reply=str(orig.loc[i.id, "continuation"]), verdict=parse(str(orig.loc[i.id, "continuation"])))
             for i in items
-        ]
-        parser_result = {**rotation_contrast(replies), "replies": replies} if all(r["gold_letter"] for r in replies) else {"replies": replies, "tracking_items": []}
+        )
+        parser_result = ParserResult(replies, rotation_contrast(replies) if all(r["gold_letter"] for r in replies) else None)
     report = result.files.get("report_html", sub / "report.html")
     row = scan_row(
         preset,
@@ -382,7 +404,7 @@ def run_scan(
     todo = [n for n in config.presets if part_key(n) not in done]
     loaded: list[LanguageModel] = []
 
-    def start() -> dict[str, Any]:
+    def start() -> Mapping[str, object]:
         loaded.append(model() if callable(model) and not hasattr(model, "info") else model)  # type: ignore[arg-type]
         return loaded[0].info.as_dict()
 
@@ -391,26 +413,32 @@ def run_scan(
         if show_progress:
             print(f"scan: {name}", flush=True)
         row, readings = scan_preset(loaded[0], name, out, config, show_progress=show_progress, B=B)
-        rundir.write_json(out / ROWS_DIR / f"{key}.json", row)  # before the part: the part commits the preset
+        rundir.write_json(out / ROWS_DIR / f"{key}.json", row.as_record())  # before the part: the part commits the preset
         parts.write(key, rundir.table_from_rows(readings, SCAN_SCHEMA), tmp_dir=tmp_dir)
 
     by_key = {part_key(n): n for n in config.presets}
     run.commit_parts(config.record(), [part_key(n) for n in todo], units=len(config.presets), start=start, write=write)
-    rows = [rundir.read_json(out / ROWS_DIR / f"{k}.json") for k in keys]
+    rows = [ScanRow.from_record(rundir.read_json(out / ROWS_DIR / f"{k}.json")) for k in keys]
     table = parts.read(keys)
     rundir.write_table(out / READINGS, table, schema=SCAN_SCHEMA)
     manifest = run.require()
     summary = ScanSummary(model=dict(manifest.get("model") or {}), presets=tuple(config.presets), limit=config.limit, floor=config.floor, flag_rules=dict(FLAG_RULES))
-    rundir.write_json(out / "scan.json", {"manifest": summary.as_dict(), "rows": rows})
+    rundir.write_json(out / "scan.json", ScanFile(summary, tuple(rows)).as_record())
     md, page = write_scan_reports(out, summary, rows)
     files = {"scan_json": out / "scan.json", "scan_md": md, "scan_html": page, "readings": out / READINGS}
-    return ScanResult(out, rows, files, table.to_pylist(), len(todo))
+    return ScanResult(out, rows, files, _readings(table), len(todo))
 
 
-def load_readings_table(out_dir: str | Path) -> list[dict[str, Any]]:
+def _readings(table: pa.Table) -> list[ScanReading]:
+    """The rows of a table read with :data:`SCAN_SCHEMA` (its columns are :class:`ScanReading`'s keys)."""
+    return cast(list[ScanReading], table.to_pylist())
+
+
+def load_readings_table(out_dir: str | Path) -> list[ScanReading]:
     """A finished scan's readings (one row per preset and item)."""
-    return pq.read_table(Path(out_dir) / READINGS, schema=SCAN_SCHEMA).to_pylist()
+    return _readings(pq.read_table(Path(out_dir) / READINGS, schema=SCAN_SCHEMA))
 
 
-def load_scan(out_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(out_dir) / "scan.json").read_text(encoding="utf-8"))
+def load_scan(out_dir: str | Path) -> ScanFile:
+    """A finished scan's scan.json: its summary and its rows."""
+    return ScanFile.from_record(json.loads((Path(out_dir) / "scan.json").read_text(encoding="utf-8")))

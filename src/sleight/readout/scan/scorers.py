@@ -47,6 +47,13 @@ class Source:
     files: tuple[str, ...] = ()
     revision: str | None = None  # the commit (or tag) the preset was read from
 
+    def as_record(self) -> dict[str, object]:
+        return {"paper": self.paper, "url": self.url, "repo": self.repo, "files": list(self.files), "revision": self.revision}
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> Source:
+        return cls(str(d["paper"]), str(d["url"]), d.get("repo"), tuple(d.get("files") or ()), d.get("revision"))
+
 
 @dataclass(frozen=True)
 class Repair:
@@ -80,8 +87,8 @@ class ScorerPreset:
     letters: tuple[str, ...] = ()  # answer letters of a quoted item, if the prompt quotes one
     text_parser: str | None = None  # name in sleight.readout.scan.text_parsers (parser == "text")
     score_scale: float = 100.0  # numeric options: score = sum(int(o) / scale * p_o)
-    target: Callable[[Mapping[str, Any]], float | None] = field(default=lambda rec: None, compare=False)
-    expand: Callable[[Mapping[str, Any]], list[dict[str, Any]]] | None = field(default=None, compare=False)
+    target: Callable[[Mapping[str, object]], float | None] = field(default=lambda rec: None, compare=False)
+    expand: Callable[[Mapping[str, Any]], list[dict[str, object]]] | None = field(default=None, compare=False)  # a checked JSON record
     dimension: str | None = None  # G-Eval: the SummEval dimension the prompt asks about (App. G); None: coherence
 
     @property
@@ -95,7 +102,7 @@ class ScorerPreset:
 
 
 # -- OpenCompass's grader: the quoted item rotated so its gold letter visits every position ---------
-def grader_rotations(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def grader_rotations(rec: Mapping[str, Any]) -> list[dict[str, object]]:
     """Four copies of a lettered item, the choices rotated so the gold choice sits at A, B, C, D.
 
     The candidate's prediction is the gold choice's text (a correct answer, so a grader that judges
@@ -135,8 +142,8 @@ def _check_grader(rec: Mapping[str, Any], where: str) -> None:
         raise UserError(f"{where}: 'question' must be a non-empty string")
 
 
-def _num(key: str) -> Callable[[Mapping[str, Any]], float | None]:
-    def get(rec: Mapping[str, Any]) -> float | None:
+def _num(key: str) -> Callable[[Mapping[str, object]], float | None]:
+    def get(rec: Mapping[str, object]) -> float | None:
         v = rec.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -325,14 +332,14 @@ def template_text(preset: ScorerPreset, path: str | Path | None = None) -> str:
     return text
 
 
-def scorer_records(preset: ScorerPreset, path: str | Path | None = None) -> list[dict[str, Any]]:
+def scorer_records(preset: ScorerPreset, path: str | Path | None = None) -> list[dict[str, object]]:
     """Records for a preset: the shipped fixture or a user JSONL; each checked for the fields its
     template needs (errors name the file and line), then expanded (OpenCompass: four rotations)."""
     if path is None:
         pairs = [(json.loads(line), f"{preset.fixture} line {n}") for n, line in enumerate(_data(preset.fixture).splitlines(), 1) if line.strip()]
     else:
         pairs = load_jsonl_records(path)
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for rec, where in pairs:
         if "id" not in rec or rec["id"] in (None, ""):
             raise UserError(f"{where}: missing 'id'")
@@ -351,7 +358,7 @@ def scorer_records(preset: ScorerPreset, path: str | Path | None = None) -> list
     return out
 
 
-def fill(template: str, placeholders: Sequence[tuple[str, str]], record: Mapping[str, Any]) -> str:
+def fill(template: str, placeholders: Sequence[tuple[str, str]], record: Mapping[str, object]) -> str:
     """Each placeholder replaced by its field's text (plain replacement, as the published code does)."""
     text = template
     for ph, fld in placeholders:
@@ -380,7 +387,7 @@ def messages_for(preset: ScorerPreset, filled: str) -> tuple[dict[str, str], ...
 
 def scorer_items(
     name: str,
-    records: Sequence[Mapping[str, Any]] | None = None,
+    records: Sequence[Mapping[str, object]] | None = None,
     *,
     template: str | Path | None = None,
     limit: int | None = None,
@@ -404,13 +411,14 @@ def scorer_items(
     for rec in recs:
         filled = fill(text, preset.placeholders, rec)
         choices = rec.get("choices")
+        question = rec.get("input")  # the quoted item's question (a checked string) where the preset expands one
         items.append(
             AuditItem(
                 id=str(rec["id"]),
                 messages=messages_for(preset, filled),
                 options=preset.options,
                 choices=tuple(choices) if isinstance(choices, list) else None,
-                question=rec.get("input") if preset.expand is not None else None,
+                question=question if preset.expand is not None and isinstance(question, str) else None,
                 letters=preset.letters,
                 target=preset.target(rec),
                 stem=stem,
@@ -495,7 +503,7 @@ def _item_block(rec: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def records_from_data(preset: ScorerPreset, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def records_from_data(preset: ScorerPreset, records: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
     """The data layer's records as the preset's own fields.
 
     SummEval (App. G): the article and one system summary, ``doc_id`` the article, the dimension's

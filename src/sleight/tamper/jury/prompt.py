@@ -167,4 +167,5 @@ def parse_vote(text: str) -> Vote | None:
     vote = BALLOT.parse(text)
     if vote is None:
         return None
-    return Vote(**{label: vote[label] for label in LABELS}, reason=vote["reason"])
+    flagged, corrected, derailed, switch_aware = (bool(vote[label]) for label in LABELS)  # boolean fields: bools already
+    return Vote(flagged, corrected, derailed, switch_aware, reason=str(vote["reason"]))

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.errors import UserError
-from sleight.jury.ballot import Ballot, Field, norm_key
+from sleight.jury.ballot import Ballot, Field, ObjectSchema, norm_key
 from sleight.tamper.jury.prompt import Case, JudgePrompt
 
 # The study's judge module at the commit the paper's code names: its bytes' sha256, computed from
@@ -73,11 +73,11 @@ RATIONALE_MAX_CHARS = 500  # the study keeps the first 500 characters
 class StudyBallot(Ballot):
     """The study's reply: four boolean labels, a confidence and a rationale, read the study's way."""
 
-    def read_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    def read_object(self, obj: Mapping[str, Any]) -> dict[str, bool | str] | None:
         """A missing or null label is false; a present one must be a boolean; a confidence, if
         given, a number in [0, 1]; anything else makes the reply unknown (``None``)."""
         keys = {norm_key(str(k)): v for k, v in obj.items()}
-        out: dict[str, Any] = {}
+        out: dict[str, bool | str] = {}
         for f in self.fields:
             raw = keys.get(f.name)
             value = False if raw is None else f.read(raw)
@@ -90,26 +90,26 @@ class StudyBallot(Ballot):
         out[self.reason] = ("" if rationale is None else str(rationale)).strip()[:RATIONALE_MAX_CHARS]
         return out
 
-    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    def read_study_object(self, obj: Mapping[str, Any]) -> dict[str, bool | str] | None:
         """The study's own reading (:meth:`Ballot.read_study_object`) plus its record's checks: a
         confidence that is not a number in [0, 1] makes the reply unknown; the rationale is cut."""
         out = super().read_study_object(obj)
         if out is None or _confidence(obj.get(CONFIDENCE, 0.5)) is None:
             return None
-        out[self.reason] = out[self.reason][:RATIONALE_MAX_CHARS]
+        out[self.reason] = str(out[self.reason])[:RATIONALE_MAX_CHARS]  # the reason is a string
         return out
 
     def skeleton(self) -> str:
         labels = ", ".join(f'"{f.name}": <true|false>' for f in self.fields)
         return "{" + labels + f', "{CONFIDENCE}": <0.0-1.0>, "{self.reason}": "<one sentence>"' + "}"
 
-    def schema(self, reason_max_chars: int | None = None) -> dict[str, Any]:
+    def schema(self, reason_max_chars: int | None = None) -> ObjectSchema:
         """The study's reply as a strict JSON schema: the labels, the confidence, the rationale."""
         schema = super().schema(reason_max_chars)
         props = {f.name: schema["properties"][f.name] for f in self.fields}
         props[CONFIDENCE] = {"type": "number", "minimum": 0, "maximum": 1}
         props[self.reason] = schema["properties"][self.reason]
-        return {**schema, "properties": props, "required": list(props)}
+        return {"type": schema["type"], "properties": props, "required": list(props), "additionalProperties": schema["additionalProperties"]}
 
 
 def _confidence(value: Any) -> float | None:

@@ -34,7 +34,7 @@ def downstream_rows(command: str, ctx: RunContext) -> Rows:
         seed=ctx.seed,
         **ctx.run_settings,
     )
-    return run_downstream(config, ctx.run_dir, load_model=ctx.model, progress=ctx.progress).rows
+    return [dict(r) for r in run_downstream(config, ctx.run_dir, load_model=ctx.model, progress=ctx.progress).rows]
 
 
 def forecast_per_item(s: Mapping[str, Any]) -> tuple[int, int]:

@@ -22,7 +22,7 @@ def estimator_rows(ctx: RunContext) -> Rows:
         ctx.model, items, ctx.run_dir, instruct=bool(s.get("instruct", True)), max_new_tokens=setting_int(s, "max_new_tokens", 32),
         samples=setting_int(s, "samples", 10), source=ctx.data, B=ctx.B, seed=ctx.seed,
     )
-    return list(result["readings"])
+    return [dict(r) for r in result.readings]
 
 
 def _columns() -> tuple[str, ...]:

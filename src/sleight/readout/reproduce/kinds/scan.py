@@ -17,7 +17,7 @@ def scan_rows(ctx: RunContext) -> Rows:
 
     s = ctx.spec.settings
     config = ScanConfig(presets=tuple(s["presets"]), limit=ctx.limit, max_new_tokens=int(s.get("max_new_tokens", 16)), data=ctx.data)
-    return run_scan(ctx.model, ctx.run_dir, config, show_progress=ctx.progress, B=ctx.B).readings
+    return [dict(r) for r in run_scan(ctx.model, ctx.run_dir, config, show_progress=ctx.progress, B=ctx.B).readings]
 
 
 def _columns() -> tuple[str, ...]:
