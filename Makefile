@@ -62,35 +62,44 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,lint,docs]'
 	touch $@
 
-# A real OpenAI-compatible server (llama.cpp) for the judge tests. The library is compiled (~3.5 min
-# here) into a wheel by the system Python's pip, outside the venv, so that `make test` builds it while
-# the venv's own installs run (`-j3 test-deps`); LLAVA_BUILD=OFF: no multimodal library, the judges
-# are text. Installed last of the venv's packages (one pip at a time in the venv: each target waits
-# for the one before).
+# llama.cpp, compiled once (~4 min here) from the tree llama-cpp-python 0.3.36's source carries
+# (vendor/llama.cpp), outside the venv's pip so that `make test` builds it while the venv's own
+# installs run (`-j3 test-deps`): shared libraries with RPATH $ORIGIN, and llama.cpp's own server
+# (`llama-server`, no UI, no network), the second server a served subject is tested on
+# (tests/test_served_llama.py).
+LLAMA_BUILD := $(VENV)/llama.cpp
+$(LLAMA_BUILD)/.built:
+	rm -rf $(LLAMA_BUILD) && mkdir -p $(LLAMA_BUILD)/src $(LLAMA_BUILD)/lib
+	$(PYTHON) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(LLAMA_BUILD)/src
+	tar xzf $(LLAMA_BUILD)/src/llama_cpp_python-0.3.36.tar.gz -C $(LLAMA_BUILD)/src
+	cmake -S $(LLAMA_BUILD)/src/llama_cpp_python-0.3.36/vendor/llama.cpp -B $(LLAMA_BUILD)/build -DCMAKE_BUILD_TYPE=Release \
+	  $(LLAMA_CMAKE_ARGS) -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_RPATH='$$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+	  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >/dev/null
+	cmake --build $(LLAMA_BUILD)/build --target llama-server -j2 >/dev/null
+	cp -P $(LLAMA_BUILD)/build/bin/llama-server $(LLAMA_BUILD)/build/bin/lib*.so* $(LLAMA_BUILD)/lib/
+	rm -rf $(LLAMA_BUILD)/src $(LLAMA_BUILD)/build
+	touch $@
+
+# A real OpenAI-compatible server (llama-cpp-python's, llama.cpp in process) for the judge tests and
+# the in-process reference of the llama.cpp tests: its wheel is built with LLAMA_BUILD=OFF (Python
+# only, no compile) and loads the libraries compiled above, copied beside its bindings. Installed
+# last of the venv's packages (one pip at a time in the venv: each target waits for the one before).
 LLAMA_WHEEL := $(VENV)/wheels/.llama-cpp-python-0.3.36
 $(LLAMA_WHEEL):
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) -DLLAVA_BUILD=OFF" $(PYTHON) -m pip wheel -q --no-deps llama-cpp-python==0.3.36 -w $(VENV)/wheels
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PYTHON) -m pip wheel -q --no-deps llama-cpp-python==0.3.36 -w $(VENV)/wheels
 	touch $@
 
-$(VENV)/.server: $(VENV)/.polygraph $(LLAMA_WHEEL)
+$(VENV)/.server: $(VENV)/.polygraph $(LLAMA_WHEEL) $(LLAMA_BUILD)/.built
 	$(BIN)/pip install -q --find-links $(VENV)/wheels 'llama-cpp-python[server]==0.3.36'
+	lib=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")/llama_cpp/lib; \
+	  mkdir -p $$lib && cp -P $(LLAMA_BUILD)/lib/lib*.so* $$lib/
+	$(BIN)/python -c "import llama_cpp; llama_cpp.llama_backend_init()"
 	touch $@
 
-# llama.cpp's own server (llama-server), the second server a served subject is tested on
-# (tests/test_served_llama.py). Built from the llama.cpp that llama-cpp-python 0.3.36's source
-# carries (vendor/llama.cpp, the same tree as the wheel above), outside the venv's pip; no UI, no
-# network (~4 min here, beside the venv's installs).
-LLAMA_SERVER := $(VENV)/bin/llama-server
-$(LLAMA_SERVER):
-	rm -rf $(VENV)/llama-src && mkdir -p $(VENV)/llama-src
-	$(PYTHON) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(VENV)/llama-src
-	tar xzf $(VENV)/llama-src/llama_cpp_python-0.3.36.tar.gz -C $(VENV)/llama-src
-	cmake -S $(VENV)/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp -B $(VENV)/llama-src/build -DCMAKE_BUILD_TYPE=Release \
-	  $(LLAMA_CMAKE_ARGS) -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-	  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
-	cmake --build $(VENV)/llama-src/build --target llama-server -j2 >/dev/null
-	mkdir -p $(BIN) && cp $(VENV)/llama-src/build/bin/llama-server $@
-	rm -rf $(VENV)/llama-src
+LLAMA_SERVER := $(BIN)/llama-server
+$(LLAMA_SERVER): $(LLAMA_BUILD)/.built
+	ln -sf ../llama.cpp/lib/llama-server $@
 
 # Headless Chromium for the HTML tests (Debian's package).
 chromium:
@@ -100,7 +109,7 @@ demo: install
 	$(BIN)/sleight demo
 
 # The venv's installs one after another (.installed, .peers, .vllm, .polygraph, .server), beside them
-# the llama.cpp wheel's and llama-server's compiles and Chromium's package.
+# llama.cpp's one compile and Chromium's package.
 test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.server $(LLAMA_SERVER) chromium
 
 test:
