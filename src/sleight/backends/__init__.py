@@ -77,8 +77,7 @@ def spec_of(model: LanguageModel) -> ModelSpec:
     """The spec a loaded model answers to, read off its :class:`ModelInfo` (its model, engine,
     dtype and load settings): what a run prepared for an already loaded model records."""
     info = model.info
-    load = {k: v for k, v in info.load.items() if k in ModelSpec.__dataclass_fields__}
-    return ModelSpec(info.spec, engine=info.engine, dtype=info.dtype or None, **load)  # a served model's dtype: "" (the server's)
+    return ModelSpec(info.spec, engine=info.engine, dtype=info.dtype or None, **info.load)  # a served model's dtype: "" (the server's)
 
 
 __all__ = [

@@ -9,11 +9,25 @@ never import an engine directly.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
+
+from sleight.errors import UserError
+
+
+class LoadRecord(TypedDict, total=False):
+    """The load settings that change a run's records beyond model, engine and dtype, as
+    :meth:`~sleight.backends.spec.ModelSpec.load_record` gives them: a key is there only where the
+    load set it, so a plain load records ``{}``."""
+
+    revision: str
+    quantization: str
+    load_format: str
+    scorer: str  # vllm only
+    engine_args: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -31,8 +45,8 @@ class ModelInfo:
     device: str
     batch_size: int
     threads: int = 0  # torch CPU threads the engine ran with (0: not applicable or unknown)
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # template variables every render applied
-    load: dict[str, Any] = field(default_factory=dict)  # ModelSpec.load_record(): revision, quantization, ... as loaded
+    chat_template_kwargs: dict[str, object] = field(default_factory=dict)  # template variables every render applied
+    load: LoadRecord = field(default_factory=LoadRecord)  # ModelSpec.load_record(): revision, quantization, ... as loaded
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +117,12 @@ class Generation:
     @property
     def surprisal(self) -> np.ndarray:
         return -self.logprobs
+
+    @classmethod
+    def from_scored(cls, sc: Scored, forced: np.ndarray, finish_reason: str) -> Generation:
+        """A reply decided first and scored after (an engine without per-step records): the
+        :class:`Scored` records, which carry the same fields, with the forced flags and the finish."""
+        return cls(sc.token_ids, sc.logprobs, sc.top_ids, sc.top_logprobs, sc.entropy, forced, finish_reason)
 
 
 @dataclass(frozen=True)
@@ -210,6 +230,22 @@ def until_budgets(prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[i
     return budgets
 
 
+def check_sampling(s: Sampling, n: int = 1, max_new_tokens: int = 1) -> None:
+    """A setting no sampler can honour is one line naming it."""
+    if not s.temperature > 0:
+        raise UserError(f"sampling temperature must be positive, got {s.temperature} (top_k=1 is the greedy draw)")
+    if s.top_k < 0:
+        raise UserError(f"sampling top-k must be 0 (no cut) or positive, got {s.top_k}")
+    if not 0 < s.top_p <= 1:
+        raise UserError(f"sampling top-p must be in (0, 1], got {s.top_p}")
+    if s.min_new_tokens < 0:
+        raise UserError(f"sampling min_new_tokens must be >= 0, got {s.min_new_tokens}")
+    if n < 1:
+        raise UserError(f"sampling needs n >= 1 samples per prompt, got {n}")
+    if max_new_tokens < 0:
+        raise UserError(f"sampling needs max_new_tokens >= 0, got {max_new_tokens}")
+
+
 def check_reads(seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]]) -> None:
     """``read_next``'s arguments: one list of asked ids per sequence, every sequence non-empty."""
     if len(asked) != len(seqs):
@@ -229,9 +265,131 @@ def check_continuations(context: Sequence[int], continuations: Sequence[Sequence
 UNWARPED = Sampling()  # the model's own distribution at temperature 1, no cut: every sampler's default
 
 
+class Rendering(Protocol):
+    """A chat rendered by the rendering rule (:mod:`sleight.backends.tokens`): what every engine
+    shares of :meth:`render_chat`, over the template rendering and the encoding it supplies."""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+
+    def template_render(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: Mapping[str, object] | None
+    ) -> tuple[str, list[int] | None]:
+        """The template's rendering of ``messages`` (its ``chat_template_kwargs``, ``template_kwargs``
+        merged over them): its text, and its ids where the rendering gave them (None: the text's encoding)."""
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+        template_kwargs: Mapping[str, object] | None = None,
+    ) -> Rendered:
+        """Apply the model's chat template (with the generation prompt unless
+        ``add_generation_prompt=False``; its ``chat_template_kwargs``, ``template_kwargs`` merged over
+        them); ``prefill``, the answer stem, is appended as plain text after the generation prompt (the
+        readout paper's rule, :mod:`sleight.backends.tokens`) and the ids encode the whole string."""
+        if prefill is not None and not add_generation_prompt:
+            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
+        text, ids = self.template_render(messages, add_generation_prompt, template_kwargs)
+        if prefill is not None:
+            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
+            ids = None
+        return Rendered(text=text, ids=self.encode(text) if ids is None else ids)
+
+
+class Decoding(Protocol):
+    """:class:`LanguageModel`'s decoding calls as every engine serves them: the arguments checked and
+    the rows with nothing to decode answered here, so all engines refuse and answer them alike; the
+    rows left are the engine's own (:meth:`until_rows`, :meth:`sample_rows`, :meth:`greedy_rows`)."""
+
+    # -- what the engine supplies ---------------------------------------------------------------
+    def until_rows(
+        self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], stop_token_ids: Sequence[int], stop: Sequence[str],
+        progress: Callable[[int], None] | None,
+    ) -> list[Completion]:  # fmt: skip
+        """:meth:`generate_until` of non-empty prompts whose budgets are all positive."""
+
+    def sample_rows(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
+    ) -> list[list[Sample]]:
+        """:meth:`sample` of non-empty prompts, the settings checked and the budget positive."""
+
+    def greedy_rows(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, hook: Hook | HookFn | None, forced: Sequence[Sequence[int]],
+        top_k: int, progress: Callable[[int], None] | None,
+    ) -> list[Generation]:  # fmt: skip
+        """:meth:`greedy` of non-empty prompts (at least one), ``forced`` one list a prompt."""
+
+    # -- the calls --------------------------------------------------------------------------------
+    def generate_until(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int | Sequence[int],
+        *,
+        stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Completion]:
+        """Plain greedy generation, batched, until end-of-sequence, the budget (``max_tokens``, one
+        per prompt or one for all), a stop token id or a stop string (searched in the output text).
+        A prompt with no budget stays empty; the others go to :meth:`until_rows` together."""
+        budgets = until_budgets(prompts, max_tokens)
+        result = [Completion([], "length") for _ in prompts]
+        todo = [i for i, b in enumerate(budgets) if b > 0]
+        for i, done in zip(todo, self.until_rows([prompts[i] for i in todo], [budgets[i] for i in todo], stop_token_ids, stop, progress)):
+            result[i] = done
+        return result
+
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        n: int = 1,
+        sampling: Sampling = UNWARPED,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Sample]]:
+        """``n`` sampled continuations of each prompt (KV-cached, the prompt computed once), seeded
+        by ``sampling.seed`` so a rerun draws the same tokens on the same engine and kernels. The
+        settings are checked (:func:`check_sampling`); with no budget, ``n`` empty samples a prompt."""
+        check_sampling(sampling, n, max_new_tokens)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("sample needs non-empty prompts")
+        if max_new_tokens == 0:
+            return [[Sample([], np.zeros(0), "length") for _ in range(n)] for _ in prompts]
+        return self.sample_rows(prompts, max_new_tokens, n, sampling, stop_token_ids)
+
+    def greedy(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        hook: Hook | HookFn | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
+        top_k: int = 20,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Generation]:
+        """Greedy decoding, batched, with a shared-prefix KV cache and per-step edits.
+
+        ``forced[i]`` tokens are fed first to row ``i`` (recorded and marked forced), before the
+        model decodes freely. ``progress`` is called with the number of tokens produced per step.
+        No prompts, no rows; an empty prompt is refused.
+        """
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("greedy needs non-empty prompts")
+        return self.greedy_rows(prompts, max_new_tokens, hook, forced or [[] for _ in prompts], top_k, progress)
+
+
 @runtime_checkable
-class LanguageModel(Protocol):
-    """A causal LM whose whole next-token distribution can be read."""
+class LanguageModel(Rendering, Decoding, Protocol):
+    """A causal LM whose whole next-token distribution can be read.
+
+    Instruments call :meth:`render_chat`, the reads below and the decoding calls; an engine supplies
+    what :class:`Rendering` and :class:`Decoding` name as its own and inherits the rest from them."""
 
     info: ModelInfo
 
@@ -241,26 +399,11 @@ class LanguageModel(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` with no special tokens added."""
-
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens kept (so a rendered prompt round-trips)."""
 
     def token_text(self, token_id: int) -> str:
         """The surface string of one token (the vocabulary entry, byte-level markers resolved)."""
-
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        add_generation_prompt: bool = True,
-        prefill: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> Rendered:
-        """Apply the model's chat template (with its ``chat_template_kwargs``, ``template_kwargs``
-        merged over them); ``prefill``, the answer stem, is appended as plain text after the
-        generation prompt (the readout paper's rule, :mod:`sleight.backends.tokens`)."""
 
     def read_next(
         self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20
@@ -280,46 +423,6 @@ class LanguageModel(Protocol):
         """Teacher-forced records of each reply after ``context``: log-prob, top-k and exact entropy
         per token, equal to what :meth:`greedy` records for the same tokens. The prefix the replies
         share is computed once and forked; only (n, k) and (n,) arrays leave the device."""
-
-    def generate_until(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: int | Sequence[int],
-        *,
-        stop_token_ids: Sequence[int] = (),
-        stop: Sequence[str] = (),
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Completion]:
-        """Plain greedy generation, batched, until end-of-sequence, the budget (``max_tokens``, one
-        per prompt or one for all), a stop token id or a stop string (searched in the output text)."""
-
-    def sample(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        n: int = 1,
-        sampling: Sampling = UNWARPED,
-        stop_token_ids: Sequence[int] = (),
-    ) -> list[list[Sample]]:
-        """``n`` sampled continuations of each prompt (KV-cached, the prompt computed once), seeded
-        by ``sampling.seed`` so a rerun draws the same tokens on the same engine and kernels."""
-
-    def greedy(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        hook: Hook | Callable[[int, Sequence[int], int | None], Edit | None] | None = None,
-        forced: Sequence[Sequence[int]] | None = None,
-        top_k: int = 20,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Generation]:
-        """Greedy decoding, batched, with a shared-prefix KV cache and per-step edits.
-
-        ``forced[i]`` tokens are fed first to row ``i`` (recorded and marked forced), before the
-        model decodes freely. ``progress`` is called with the number of tokens produced per step.
-        """
 
 
 # -- abilities beyond LanguageModel ----------------------------------------------------------------
@@ -345,6 +448,9 @@ class ScoredGeneration(Protocol):
     @property
     def scores_while_generating(self) -> bool: ...
 
+    def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredRequests:
+        """Requests of :meth:`generate_scored` submitted while the engine runs."""
+
     def generate_scored(
         self,
         prompts: Sequence[Sequence[int]],
@@ -355,10 +461,21 @@ class ScoredGeneration(Protocol):
         stop_token_ids: Sequence[int] = (),
     ) -> list[Completion]:
         """:meth:`LanguageModel.generate_until` whose completions carry each generated token's
-        records; a row whose ``forced[i]`` is a token id generates exactly that token instead."""
-
-    def scored_stream(self, *, top_k: int = 20, stop_token_ids: Sequence[int] = ()) -> ScoredRequests:
-        """Requests of :meth:`generate_scored` submitted while the engine runs."""
+        records, read as the engine generates it (two-phase decoding then needs no scoring pass:
+        SPEC §3.1). A row whose ``forced[i]`` is a token id generates exactly that token instead: the
+        records of a substitute the run placed there. Every row goes into :meth:`scored_stream` at
+        once, each completion lands in its row's place (a row with no budget and nothing forced
+        stays empty)."""
+        stream = self.scored_stream(top_k=top_k, stop_token_ids=stop_token_ids)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("generate_scored needs non-empty prompts")
+        if not len(prompts) == len(max_tokens) == len(forced):
+            raise ValueError("generate_scored needs one budget and one forced entry per prompt")
+        result = [Completion([], "length", Scored.empty(top_k)) for _ in prompts]
+        asked = {stream.submit(p, b, forced=f): i for i, (p, b, f) in enumerate(zip(prompts, max_tokens, forced)) if b > 0 or f is not None}
+        for rid, done in stream:
+            result[asked[rid]] = done
+        return result
 
 
 class DecodeStream(Protocol):

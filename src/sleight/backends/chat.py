@@ -19,13 +19,51 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 # The transport is shared with the served engine; its names stay importable from here.
 from sleight.backends.base import ContinuousBatching
 from sleight.backends.transport import RETRY_STATUS, Endpoint, _Transport, parse_openai_spec, retry_after_s  # noqa: F401
 
 Messages = Sequence[Mapping[str, str]]
+TokenParam = Literal["max_completion_tokens", "max_tokens"]
+
+
+class ChatRequest(TypedDict, total=False):
+    """A ``/chat/completions`` body as this client sends it (greedy)."""
+
+    model: str
+    messages: list[dict[str, str]]
+    temperature: float
+    max_completion_tokens: int
+    max_tokens: int
+    logprobs: bool
+    top_logprobs: int
+    response_format: dict[str, object]
+    chat_template_kwargs: dict[str, object]
+
+
+class TopLogprob(TypedDict):
+    """One listed alternative of a reply token (OpenAI's ``top_logprobs`` entry, the fields read)."""
+
+    token: str
+    logprob: float
+
+
+class TokenLogprob(TopLogprob):
+    """One reply token of ``choices[0].logprobs.content`` as the server sends it: the token, its
+    log-prob and the alternatives listed beside it (the fields read)."""
+
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceParts(TypedDict):
+    """What a judge reads of a chat-completions body's first choice (:func:`read_choice`)."""
+
+    text: str
+    reasoning: str | None
+    finish_reason: str | None
+    logprobs: list[TokenLogprob] | None
 
 # A server that does not take a ``response_format`` answers one of these (FastAPI servers say 422;
 # llama-cpp-python's server turns the validation error into a 500 that names the field).
@@ -45,7 +83,7 @@ class ChatReply:
 
     text: str
     latency_s: float
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[TokenLogprob] | None = None
     error: str | None = None
     finish_reason: str | None = None
     reasoning: str | None = None
@@ -70,7 +108,7 @@ def format_refused(status: int | None, detail: str | None) -> bool:
     return status is not None and status >= 500 and bool(FORMAT_WORDS.search(detail or ""))
 
 
-def _content_text(content: Any) -> str | None:
+def _content_text(content: object) -> str | None:
     """The reply text of ``message.content``: a string, or a list of text parts; else ``None``."""
     if isinstance(content, str):
         return content
@@ -79,7 +117,7 @@ def _content_text(content: Any) -> str | None:
     return None
 
 
-def read_choice(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def read_choice(body: bytes) -> tuple[ChoiceParts | None, str | None]:
     """The parts of a chat-completions body a judge needs, or why it is malformed (pure).
 
     Returns ``({"text", "reasoning", "finish_reason", "logprobs"}, None)`` or ``(None, reason)``.
@@ -131,7 +169,7 @@ class OpenAIChat:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         seed: int | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
     ) -> None:
         self.endpoint = Endpoint(
             base_url, api_key_env=api_key_env, timeout_s=timeout_s, concurrency=concurrency, retries=retries,
@@ -150,7 +188,7 @@ class OpenAIChat:
         self.pool = self.endpoint.pool
         # Both token limits are sent until the server refuses one (newer OpenAI models refuse
         # ``max_tokens``; llama-cpp-python's server knows only ``max_tokens`` and ignores the other).
-        self.token_params: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+        self.token_params: tuple[TokenParam, ...] = ("max_completion_tokens", "max_tokens")
         self.logprobs_refused = False
         self.sleeps = self.endpoint.sleeps  # every backoff actually slept (the tests read it)
 
@@ -160,9 +198,9 @@ class OpenAIChat:
 
     # -- one completion -----------------------------------------------------------------------
     def payload(
-        self, messages: Messages, max_tokens: int, response_format: Mapping[str, Any] | None = None, logprobs: bool | None = None
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages], "temperature": 0.0}
+        self, messages: Messages, max_tokens: int, response_format: Mapping[str, object] | None = None, logprobs: bool | None = None
+    ) -> ChatRequest:
+        body: ChatRequest = {"model": self.model, "messages": [dict(m) for m in messages], "temperature": 0.0}
         for name in self.token_params:
             body[name] = max_tokens
         if (self.logprobs if logprobs is None else logprobs) and not self.logprobs_refused:
@@ -179,7 +217,7 @@ class OpenAIChat:
         messages: Messages,
         *,
         max_tokens: int = 256,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, object] | None = None,
         logprobs: bool | None = None,
     ) -> ChatReply:
         """One greedy completion; failures come back as a reply with ``error`` set, never raised.
@@ -246,7 +284,7 @@ class OpenAIChat:
         *,
         max_tokens: int = 256,
         progress: Callable[[int], None] | None = None,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, object] | None = None,
     ) -> list[ChatReply]:
         def one(msgs: Messages) -> ChatReply:
             reply = self.chat(msgs, max_tokens=max_tokens, response_format=response_format)

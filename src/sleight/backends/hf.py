@@ -12,14 +12,14 @@ sampling through :mod:`.sampling`, and both over the engine's public passes (:me
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from sleight.backends.base import (
-    UNWARPED,
     Completion,
+    Decoding,
     Generation,
     Hook,
     HookFn,
@@ -29,7 +29,6 @@ from sleight.backends.base import (
     Scored,
     check_continuations,
     check_reads,
-    until_budgets,
 )
 from sleight.backends.cache_ops import cache_kwarg, common_prefix_len, repeat_cache, select_cache
 from sleight.backends.decode_state import position_records
@@ -57,7 +56,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _SCORE_BYTES = 1 << 30  # bound on a scoring pass's logits and the tensors derived from them
 
 
-class HFModel(HFTokenizerOps):
+class HFModel(HFTokenizerOps, Decoding):
     """A transformers causal LM behind :class:`sleight.backends.base.LanguageModel`."""
 
     def __init__(
@@ -68,7 +67,7 @@ class HFModel(HFTokenizerOps):
         dtype: str = "float32",
         batch_size: int = 128,
         threads: int | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
     ) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -126,7 +125,7 @@ class HFModel(HFTokenizerOps):
         (a (batch, seq, vocab) logits tensor is the biggest allocation of a long prompt), ``keep``
         at the last ``keep`` positions."""
         keep = 1 if last_only else keep
-        extra: dict[str, Any] = {"logits_to_keep": keep} if keep else {}
+        extra: dict[str, object] = {"logits_to_keep": keep} if keep else {}
         extra[self._cache_kwarg] = cache if cache is not None or not self.slab else SlabCache()
         if isinstance(cache, RaggedCache):
             extra["ragged"] = cache  # read by ragged.ragged_attention; no mask is built
@@ -295,19 +294,11 @@ class HFModel(HFTokenizerOps):
         return out
 
     # -- decoding ------------------------------------------------------------------------------
-    def generate_until(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_tokens: int | Sequence[int],
-        *,
-        stop_token_ids: Sequence[int] = (),
-        stop: Sequence[str] = (),
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Completion]:
+    def until_rows(
+        self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], stop_token_ids: Sequence[int], stop: Sequence[str],
+        progress: Callable[[int], None] | None,
+    ) -> list[Completion]:  # fmt: skip
         """Batched lockstep greedy with no records: the hf side of two-phase decoding."""
-        if not prompts:
-            return []
-        budgets = until_budgets(prompts, max_tokens)
         stops = frozenset(int(t) for t in stop_token_ids)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.batch_size):
@@ -327,11 +318,8 @@ class HFModel(HFTokenizerOps):
         n = len(prompts)
         outs: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
-        go = [i for i in range(n) if budgets[i] > 0]
-        if not go:
-            return [Completion([], "length") for _ in range(n)]
-        logits, cache, mask = self.prefill([prompts[i] for i in go])
-        alive = go
+        logits, cache, mask = self.prefill(prompts)
+        alive = list(range(n))
         while alive:
             nxt = torch.log_softmax(logits.float(), dim=-1).argmax(-1).tolist()
             keep = []
@@ -384,23 +372,12 @@ class HFModel(HFTokenizerOps):
         logits, out_cache = self.forward(tid, mask, pos, cache, last_only=True)
         return logits[:, -1, :], out_cache, mask
 
-    def greedy(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        hook: Hook | HookFn | None = None,
-        forced: Sequence[Sequence[int]] | None = None,
-        top_k: int = 20,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[Generation]:
+    def greedy_rows(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, hook: Hook | HookFn | None, forced: Sequence[Sequence[int]],
+        top_k: int, progress: Callable[[int], None] | None,
+    ) -> list[Generation]:  # fmt: skip
         """Rows in batches of ``batch_size``, one batch after the other (each a request of its own
         to an empty :class:`GreedyStream`)."""
-        if not prompts:
-            return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("greedy needs non-empty prompts")
-        forced = forced or [[] for _ in prompts]
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             sl = slice(start, start + self.batch_size)
@@ -409,14 +386,8 @@ class HFModel(HFTokenizerOps):
             out.extend(g for _, gens in stream for g in gens)
         return out
 
-    def sample(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        *,
-        n: int = 1,
-        sampling: Sampling = UNWARPED,
-        stop_token_ids: Sequence[int] = (),
+    def sample_rows(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
         """``n`` seeded samples of each prompt over one KV cache (:mod:`sleight.backends.sampling`)."""
         from sleight.backends.sampling import sample_hf

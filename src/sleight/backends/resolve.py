@@ -17,7 +17,6 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from platformdirs import user_cache_dir
@@ -226,7 +225,7 @@ def list_offline_models() -> list[dict[str, str]]:
     return rows
 
 
-def own_generation_config(spec: str, revision: str | None = None) -> dict[str, Any] | None:
+def own_generation_config(spec: str, revision: str | None = None) -> dict[str, object] | None:
     """The model's own ``generation_config.json`` without the network: a bundled model's, a folder's,
     or a hub checkpoint's in the local cache at ``revision`` (a commit, abbreviated as App. A.2 prints
     them; the cached snapshot whose id starts with it). None where there is none to read here."""

@@ -27,23 +27,7 @@ import torch
 
 from sleight.backends.base import Completion, Sample, Sampling
 from sleight.backends.cache_ops import CachedModel, select_cache
-from sleight.errors import UserError
-
-
-def check_sampling(s: Sampling, n: int = 1, max_new_tokens: int = 1) -> None:
-    """A setting no sampler can honour is one line naming it."""
-    if not s.temperature > 0:
-        raise UserError(f"sampling temperature must be positive, got {s.temperature} (top_k=1 is the greedy draw)")
-    if s.top_k < 0:
-        raise UserError(f"sampling top-k must be 0 (no cut) or positive, got {s.top_k}")
-    if not 0 < s.top_p <= 1:
-        raise UserError(f"sampling top-p must be in (0, 1], got {s.top_p}")
-    if s.min_new_tokens < 0:
-        raise UserError(f"sampling min_new_tokens must be >= 0, got {s.min_new_tokens}")
-    if n < 1:
-        raise UserError(f"sampling needs n >= 1 samples per prompt, got {n}")
-    if max_new_tokens < 0:
-        raise UserError(f"sampling needs max_new_tokens >= 0, got {max_new_tokens}")
+from sleight.backends.vllm_wire import SamplingKwargs
 
 
 def prompt_seed(seed: int, prompt: Sequence[int]) -> int:
@@ -75,12 +59,8 @@ def sample_hf(
 ) -> list[list[Sample]]:
     """``n`` samples of each prompt on the hf engine: prompts in groups of at most ``batch_size``
     rows, each group's prompts prefilled once (:meth:`~.cache_ops.CachedModel.prefill`, a shared prefix once) and
-    the cache forked ``n`` ways, then one forward pass per step over the live rows."""
-    check_sampling(s, n, max_new_tokens)
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("sample needs non-empty prompts")
-    if max_new_tokens == 0:
-        return [[Sample([], np.zeros(0), "length") for _ in range(n)] for _ in prompts]
+    the cache forked ``n`` ways, then one forward pass per step over the live rows. The arguments
+    come checked (:meth:`~sleight.backends.base.Decoding.sample`), the budget positive."""
     per = max(1, model.batch_size // n)
     out: list[list[Sample]] = []
     for start in range(0, len(prompts), per):
@@ -144,13 +124,13 @@ def _sample_group(
 
 
 # -- vLLM: its own sampler ------------------------------------------------------------------------------
-def vllm_params(prompt: Sequence[int], max_new_tokens: int, n: int, s: Sampling, stop_token_ids: Sequence[int]) -> dict[str, Any]:
+def vllm_params(prompt: Sequence[int], max_new_tokens: int, n: int, s: Sampling, stop_token_ids: Sequence[int]) -> SamplingKwargs:
     """``SamplingParams`` of one prompt's ``n`` samples: vLLM applies min-tokens, then temperature,
     then top-k and top-p (``v1/sample/sampler.py`` 22-60; ``top_k=0``: no cut), and with
     ``logprobs=0`` returns each sampled token's log-prob, raw (the model's log-softmax before any
     processing) under the engine's default ``logprobs_mode="raw_logprobs"`` (``config/model.py`` 287,
     ``sampler.py`` 83-92). vLLM's min-tokens also bars the stop token ids, transformers' only EOS."""
-    return dict(
+    return SamplingKwargs(
         n=int(n),
         temperature=float(s.temperature),
         top_k=int(s.top_k),

@@ -40,21 +40,32 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from functools import lru_cache
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
 from sleight.backends.base import Completion, LanguageModel, ModelInfo, NextToken, Sample, Sampling, check_reads
 from sleight.backends.request_engine import Done, RequestEngine
 from sleight.backends.served_probe import post_status, probe_server
-from sleight.backends.served_wire import Lp, completion, error_text, greedy_payload, positions, ranked, token_ids
+from sleight.backends.served_wire import (
+    CompletionRequest,
+    Lp,
+    completion,
+    error_text,
+    greedy_payload,
+    positions,
+    ranked,
+    token_ids,
+)
 from sleight.backends.spec import ModelSpec
 from sleight.backends.tokens import EngineTokens, check_template_kwargs
 from sleight.backends.transport import Endpoint, _Transport, parse_openai_spec
-from sleight.backends.vllm_wire import MAX_LOGPROBS
+from sleight.backends.vllm_wire import MAX_LOGPROBS, Rows
 from sleight.errors import UserError
 
 TIMEOUT_S = 600.0  # one request: a long reply of a large model on a busy server
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ServedModel(EngineTokens, RequestEngine):
@@ -95,7 +106,7 @@ class ServedModel(EngineTokens, RequestEngine):
         )
 
     # -- HTTP ---------------------------------------------------------------------------------
-    def post(self, path: str, payload: dict[str, Any], *, root: bool = False) -> dict[str, Any]:
+    def post(self, path: str, payload: Mapping[str, object], *, root: bool = False) -> Mapping[str, object]:
         """One JSON request with the transport's retries; anything but a 200 with a JSON object is
         one :class:`UserError` saying what the server said."""
         where = f"{self.endpoint.base_url.removesuffix('/v1') if root else self.endpoint.base_url}{path}"
@@ -115,7 +126,7 @@ class ServedModel(EngineTokens, RequestEngine):
             raise UserError(f"served model {self.spec.model}: {where} answered {type(obj).__name__}, not a JSON object")
         return obj
 
-    def complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def complete(self, payload: CompletionRequest) -> Mapping[str, object]:
         """One ``/v1/completions`` request for the served model; its first choice."""
         body = self.post("/completions", {"model": self.served_id, **payload})
         choices = body.get("choices")
@@ -123,10 +134,10 @@ class ServedModel(EngineTokens, RequestEngine):
             raise UserError(f"served model {self.spec.model}: /completions answered no choices: {json.dumps(body)[:160]}")
         return choices[0]
 
-    def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, dict[str, Any] | str]:
+    def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, Mapping[str, object] | str]:
         """A one-token request forced to ``token`` (``allowed_token_ids``), for the probe: the status
         and, on 200, the first choice (else the server's error message)."""
-        body = {"model": self.served_id, "prompt": [int(t) for t in prompt], "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
+        body: CompletionRequest = {"model": self.served_id, "prompt": [int(t) for t in prompt], "max_tokens": 1, "temperature": 0.0, "allowed_token_ids": [int(token)], "return_token_ids": True}
         status, got = post_status(self, "/completions", body)
         if status != 200:
             return status, str(got)
@@ -139,7 +150,7 @@ class ServedModel(EngineTokens, RequestEngine):
         """The vocabulary size where the server lists it (vLLM does not: the probe bisects)."""
         return None
 
-    def many(self, fn: Callable[[Any], Any], items: Sequence[Any], done: Callable[[Any], None] | None = None) -> list[Any]:
+    def many(self, fn: Callable[[T], R], items: Sequence[T], done: Callable[[R], None] | None = None) -> list[R]:
         """``fn`` over ``items`` with at most ``batch_size`` requests in flight, results in order;
         ``done`` is called with each result as it arrives, on the calling thread."""
         if not items:
@@ -194,7 +205,7 @@ class ServedModel(EngineTokens, RequestEngine):
         return self._texts[int(token_id)]
 
     def template_render(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: Mapping[str, object] | None
     ) -> tuple[str, list[int] | None]:
         """The server's template rendering of ``messages`` (its ``/tokenize`` with ``messages``), the
         text read back and checked to encode to the same ids."""
@@ -208,9 +219,9 @@ class ServedModel(EngineTokens, RequestEngine):
             )
         return text, ids
 
-    def chat_ids(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool, template_kwargs: Mapping[str, Any]) -> list[int]:
+    def chat_ids(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool, template_kwargs: Mapping[str, object]) -> list[int]:
         """The ids of the server's own rendering of ``messages`` (no text)."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "model": self.served_id, "messages": [dict(m) for m in messages],
             "add_generation_prompt": add_generation_prompt, "add_special_tokens": False,
         }  # fmt: skip
@@ -234,7 +245,7 @@ class ServedModel(EngineTokens, RequestEngine):
             )
         return [None if r is None else {int(t): Lp(float(v["logprob"]), v.get("rank")) for t, v in r.items()} for r in rows]
 
-    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Any]:
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Rows]:
         return self.many(lambda s: self._prompt_rows(s, k), list(seqs))
 
     def read_next(self, seqs: Sequence[Sequence[int]], asked: Sequence[Sequence[int]], *, top_k: int = 20) -> list[NextToken]:
@@ -287,12 +298,14 @@ class ServedModel(EngineTokens, RequestEngine):
     def request(self, prompt: Sequence[int], max_tokens: int, *, forced: int | None = None, top_k: int = 0,
                 stop_token_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> Completion:  # fmt: skip
         """One greedy request (``forced``: one token that must be that id, with its records)."""
+        payload: CompletionRequest
         if forced is not None:
             payload = {**greedy_payload(prompt, 1), "allowed_token_ids": [int(forced)]}
         else:
             payload = {**greedy_payload(prompt, max_tokens), "stop_token_ids": [int(t) for t in stop_token_ids], "stop": list(stop), "include_stop_str_in_output": True}
         if top_k:
-            payload.update(logprobs=int(top_k), return_tokens_as_token_ids=True)
+            payload["logprobs"] = int(top_k)
+            payload["return_tokens_as_token_ids"] = True
         return completion(self.complete(payload), 1 if forced is not None else max_tokens, top_k, self._eos, self.spec.model)
 
     def until_requests(
@@ -310,7 +323,7 @@ class ServedModel(EngineTokens, RequestEngine):
         self.check_k(top_k)
         return ServedStream(self, top_k, tuple(int(t) for t in stop_token_ids))
 
-    def sample_requests(
+    def sample_rows(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
         """The server's sampler, seeded per prompt as the vllm engine seeds it."""
@@ -319,13 +332,14 @@ class ServedModel(EngineTokens, RequestEngine):
         s = sampling
 
         def one(p: Sequence[int]) -> list[Sample]:
-            body = self.post("/completions", {
+            request: CompletionRequest = {
                 "model": self.served_id, "prompt": [int(t) for t in p], "n": int(n), "temperature": float(s.temperature),
                 "top_k": int(s.top_k), "top_p": float(s.top_p), "min_tokens": int(s.min_new_tokens), "seed": prompt_seed(s.seed, p),
                 "max_tokens": int(max_new_tokens), "logprobs": 0, "stop_token_ids": [int(t) for t in stop_token_ids],
                 "return_token_ids": True, "return_tokens_as_token_ids": True,
-            })  # fmt: skip
-            choices = sorted(body.get("choices") or [], key=lambda c: c.get("index", 0))
+            }  # fmt: skip
+            listed = self.post("/completions", request).get("choices")
+            choices = sorted(listed if isinstance(listed, list) else [], key=lambda c: c.get("index", 0))
             if len(choices) != n:
                 raise UserError(f"served model {self.spec.model}: asked for {n} samples, the server returned {len(choices)}")
             out = []

@@ -27,8 +27,8 @@ server; the forced requests above stand in for them), sampling, and per-step hoo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -38,11 +38,34 @@ from sleight.backends.served_probe import post_status
 from sleight.backends.served_wire import ranked, scored_records, token_ids
 from sleight.backends.spec import ModelSpec
 from sleight.backends.transport import Endpoint, _Transport, parse_openai_spec
+from sleight.backends.vllm_wire import Rows
 from sleight.errors import UserError
 
 FORCE_BIAS = 1e9  # added to a forced id's logit: the greedy choice, whatever the model thinks
-# The server's sampling defaults a greedy request switches off (its chain applies them before greedy).
-GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0}
+
+
+class Greedy(TypedDict):
+    """The server's sampling defaults a greedy request switches off (its chain applies them before greedy)."""
+
+    temperature: float
+    repeat_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    dry_multiplier: float
+
+
+class LlamaCompletion(Greedy, total=False):
+    """A body of llama.cpp's ``/completion``: a token-id prompt, greedy, the generated ids returned."""
+
+    prompt: list[int]
+    n_predict: int
+    return_tokens: bool
+    cache_prompt: bool
+    n_probs: int
+    logit_bias: list[list[float]]
+
+
+GREEDY = Greedy(temperature=0.0, repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, dry_multiplier=0.0)
 PREFILL_PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
 
 
@@ -78,8 +101,8 @@ class LlamaServedModel(ServedModel):
         except (ValueError, AttributeError, StopIteration, KeyError, TypeError):
             raise UserError(f"served model {self.spec.model}: llama.cpp's /v1/models lists no n_vocab for '{self.served_id}'") from None
 
-    def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, dict[str, Any] | str]:
-        body = {"prompt": [int(t) for t in prompt], "n_predict": 1, **GREEDY, "return_tokens": True, "logit_bias": [[int(token), FORCE_BIAS]]}
+    def one_forced(self, token: int, prompt: Sequence[int]) -> tuple[int, Mapping[str, object] | str]:
+        body: LlamaCompletion = {"prompt": [int(t) for t in prompt], "n_predict": 1, **GREEDY, "return_tokens": True, "logit_bias": [[int(token), FORCE_BIAS]]}
         status, got = post_status(self, "/completion", body, root=True)
         if status != 200 or not isinstance(got, dict):
             return status, str(got)
@@ -97,8 +120,8 @@ class LlamaServedModel(ServedModel):
             raise UserError(f"served model {self.spec.model}: /detokenize answered no text: {json.dumps(got)[:160]}")
         return text
 
-    def _template_text(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool, template_kwargs: Mapping[str, Any]) -> str:
-        body: dict[str, Any] = {"messages": [dict(m) for m in messages], "add_generation_prompt": add_generation_prompt}
+    def _template_text(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool, template_kwargs: Mapping[str, object]) -> str:
+        body: dict[str, object] = {"messages": [dict(m) for m in messages], "add_generation_prompt": add_generation_prompt}
         if template_kwargs:
             body["chat_template_kwargs"] = dict(template_kwargs)
         text = self.post("/apply-template", body, root=True).get("prompt")
@@ -106,7 +129,7 @@ class LlamaServedModel(ServedModel):
             raise UserError(f"served model {self.spec.model}: /apply-template answered no prompt text")
         return text
 
-    def chat_ids(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool, template_kwargs: Mapping[str, Any]) -> list[int]:
+    def chat_ids(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool, template_kwargs: Mapping[str, object]) -> list[int]:
         """The ids of the server's rendering (``/apply-template``), encoded by its tokenizer."""
         if messages and messages[-1].get("role") == "assistant" and not add_generation_prompt:
             if self._prefills is None:
@@ -119,15 +142,15 @@ class LlamaServedModel(ServedModel):
         return self.encode(self._template_text(messages, add_generation_prompt, template_kwargs))
 
     # -- requests -------------------------------------------------------------------------------------
-    def _complete(self, prompt: Sequence[int], n_predict: int, top_k: int, forced: int | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"prompt": [int(t) for t in prompt], "n_predict": int(n_predict), **GREEDY, "return_tokens": True, "cache_prompt": False}
+    def _complete(self, prompt: Sequence[int], n_predict: int, top_k: int, forced: int | None = None) -> Mapping[str, object]:
+        body: LlamaCompletion = {"prompt": [int(t) for t in prompt], "n_predict": int(n_predict), **GREEDY, "return_tokens": True, "cache_prompt": False}
         if top_k:
             body["n_probs"] = int(top_k)
         if forced is not None:
             body["logit_bias"] = [[int(forced), FORCE_BIAS]]
         return self.post("/completion", body, root=True)
 
-    def _positions(self, out: dict[str, Any], n: int) -> list[tuple[float, dict[int, float]]]:
+    def _positions(self, out: Mapping[str, object], n: int) -> list[tuple[float, dict[int, float]]]:
         """Per generated token: its raw log-prob and the listed ``{id: log-prob}``."""
         probs = out.get("completion_probabilities")
         if not isinstance(probs, list) or len(probs) < n:
@@ -170,7 +193,7 @@ class LlamaServedModel(ServedModel):
         return self._positions(out, 1)[0]
 
     # -- scoring --------------------------------------------------------------------------------------
-    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Any]:
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Rows]:
         raise UserError(f"served model {self.spec.model}: llama.cpp's server returns no prompt log-probs")
 
     def continuation_logprobs(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
@@ -208,13 +231,13 @@ class LlamaServedModel(ServedModel):
             for i in range(len(seqs))
         ]
 
-    def sample_requests(
+    def sample_rows(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
         raise UserError(f"served model {self.spec.model}: sampling on llama.cpp's server is not built (greedy requests only)")
 
 
-def _first_stop(toks: Sequence[int], stop_ids: frozenset[int], stop: Sequence[str], text_of: Any) -> int | None:
+def _first_stop(toks: Sequence[int], stop_ids: frozenset[int], stop: Sequence[str], text_of: Callable[[int], str]) -> int | None:
     """The index of the first token that is a stop id or completes a stop string (pure but for
     ``text_of``, each id's surface string); None when none does."""
     text = ""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ def _version(model: Any) -> str:
     return " ".join(parts) if parts else "unknown server"
 
 
-def post_status(model: Any, path: str, body: dict[str, Any], *, root: bool = False) -> tuple[int, Any]:
+def post_status(model: Any, path: str, body: Mapping[str, object], *, root: bool = False) -> tuple[int, Any]:
     """POST ``body`` (with the transport's retries): the status and, on 200, the JSON answer (else
     the server's error message), for a probe that reads a refusal as an answer; a malformed 200 is
     one line. The engines' ``one_forced`` (a one-token request forced to a token) use it."""

@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from sleight.backends.base import Completion, Scored
+from sleight.backends.vllm_wire import SamplingKwargs
 from sleight.errors import UserError
 
 ID_PREFIX = "token_id:"  # vLLM's spelling of a token under return_tokens_as_token_ids
+
+
+class CompletionRequest(SamplingKwargs, total=False):
+    """A ``/v1/completions`` body: the model, a token-id prompt and vLLM's sampling settings (its
+    server takes ``SamplingParams`` fields in the body), with the token ids asked back."""
+
+    model: str
+    prompt: list[int]
+    return_token_ids: bool
+    return_tokens_as_token_ids: bool
 
 
 class Lp(NamedTuple):
@@ -24,7 +35,7 @@ class Lp(NamedTuple):
     rank: int | None
 
 
-def positions(choice: dict[str, Any], n: int, who: str) -> list[tuple[float, dict[int, float]]]:
+def positions(choice: Mapping[str, object], n: int, who: str) -> list[tuple[float, dict[int, float]]]:
     """Per generated token (the first ``n``): its log-prob and the listed ``{id: log-prob}``."""
     lp = choice.get("logprobs")
     if not isinstance(lp, dict) or not isinstance(lp.get("top_logprobs"), list) or len(lp["top_logprobs"]) < n:
@@ -37,7 +48,7 @@ def positions(choice: dict[str, Any], n: int, who: str) -> list[tuple[float, dic
     return out
 
 
-def completion(choice: dict[str, Any], budget: int, top_k: int, eos: frozenset[int], who: str) -> Completion:
+def completion(choice: Mapping[str, object], budget: int, top_k: int, eos: frozenset[int], who: str) -> Completion:
     """A completion choice as a :class:`Completion`, as :func:`sleight.backends.vllm_wire.completion`
     reads vLLM's own output: an end-of-sequence id dropped (its records kept), a stop token kept."""
     toks = list(token_ids(choice.get("token_ids"), "/completions (return_token_ids)", who))
@@ -71,7 +82,7 @@ def scored_records(toks: Sequence[int], pos: Sequence[tuple[float, Mapping[int, 
 
 
 # -- requests and errors ---------------------------------------------------------------------------
-def greedy_payload(prompt: Sequence[int], max_tokens: int) -> dict[str, Any]:
+def greedy_payload(prompt: Sequence[int], max_tokens: int) -> CompletionRequest:
     """A greedy request over a token-id prompt that returns the generated ids."""
     return {"prompt": [int(t) for t in prompt], "max_tokens": int(max_tokens), "temperature": 0.0, "return_token_ids": True}
 
@@ -84,7 +95,7 @@ def ranked(entry: Mapping[int, float], k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([t for t, _ in items], dtype=np.int64), np.asarray([lp for _, lp in items], dtype=np.float64)
 
 
-def token_ids(value: Any, what: str, spec: str) -> tuple[int, ...]:
+def token_ids(value: object, what: str, spec: str) -> tuple[int, ...]:
     """A list of token ids from a server's answer; anything else is one line naming the request."""
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         raise UserError(f"served model {spec}: {what} returned no token ids (got {json.dumps(value)[:80]})")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from sleight.backends.base import LoadRecord
 from sleight.errors import UserError
 
 ENGINES = ("hf", "vllm", "openai")
@@ -111,10 +112,10 @@ class ModelSpec:
     tensor_parallel_size: int = field(default=1, metadata=_opt("GPUs per model, tensor parallel (default: 1)", int, flag="--tensor-parallel-size", metavar="N", vllm=True))
     pipeline_parallel_size: int = field(default=1, metadata=_opt("pipeline stages (default: 1)", int, flag="--pipeline-parallel-size", metavar="N", vllm=True))
     trust_remote_code: bool = field(default=False, metadata=_opt("run the checkpoint's own modelling code (sweep files only)", bool, vllm=True))
-    engine_args: Mapping[str, Any] = field(
+    engine_args: Mapping[str, object] = field(
         default_factory=dict, metadata=_opt("other vllm.LLM keyword arguments, a JSON object, passed unchanged", dict, flag="--engine-args", metavar="JSON", json=True, vllm=True),
     )
-    chat_template_kwargs: Mapping[str, Any] = field(
+    chat_template_kwargs: Mapping[str, object] = field(
         default_factory=dict,
         metadata=_opt(
             "variables for the chat template, a JSON object applied to every render (recorded), e.g. '{\"enable_thinking\": false}'",
@@ -145,7 +146,7 @@ class ModelSpec:
         """A copy with ``changes`` (checked again)."""
         return replace(self, **changes)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """Every field as plain JSON values (mappings as dicts), for run records and sweep plans."""
         return json.loads(json.dumps(asdict(self), default=dict))
 
@@ -159,21 +160,23 @@ class ModelSpec:
         dflt = ModelSpec(self.model, engine="vllm")
         return [k for k in VLLM_FIELDS if getattr(self, k) != getattr(dflt, k)]
 
-    def load_record(self) -> dict[str, Any]:
+    def load_record(self) -> LoadRecord:
         """The load settings that change the records beyond model, engine and dtype (other weights
         score differently; the twin's entropy is another number): a run's manifest records them and
         refuses to resume under others. ``{}`` for a plain load, so a run made before they were
         recorded resumes under the same settings."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in RECORD_FIELDS if getattr(self, k) is not None}
+        out = LoadRecord()
+        if self.revision is not None:
+            out["revision"] = self.revision
+        if self.quantization is not None:
+            out["quantization"] = self.quantization
+        if self.load_format is not None:
+            out["load_format"] = self.load_format
         if self.engine == "vllm":
             out["scorer"] = self.scorer
         if self.engine_args:
             out["engine_args"] = dict(self.engine_args)
         return out
-
-
-# The load settings besides model, engine and dtype that change what a run records.
-RECORD_FIELDS = ("revision", "quantization", "load_format")
 
 
 def options() -> list[tuple[str, Option]]:
@@ -260,11 +263,11 @@ def _default(f: Any) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
-def vllm_settings(spec: ModelSpec) -> dict[str, Any]:
+def vllm_settings(spec: ModelSpec) -> dict[str, object]:
     """The spec's own ``vllm.LLM`` keyword arguments, as the study passed them (pure): bitsandbytes
     quantization loads with ``load_format="bitsandbytes"`` (runner.py ``run_model``), and
     ``engine_args`` go through last, unchanged."""
-    kw: dict[str, Any] = {}
+    kw: dict[str, object] = {}
     if spec.revision:
         kw["revision"] = spec.revision
     if spec.quantization:

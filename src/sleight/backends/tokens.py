@@ -2,8 +2,9 @@
 
 Engines set ``self._eos``, ``self._vocab``, ``self.info`` and ``self.chat_template_kwargs`` (the
 in-process ones ``self.tokenizer`` too); :class:`EngineTokens` gives them the token half of
-:class:`sleight.backends.base.LanguageModel`, the rendering rule below in one place, and
-:class:`HFTokenizerOps` the rest over a Hugging Face tokenizer.
+:class:`sleight.backends.base.LanguageModel`, the rendering rule below (applied in one place,
+:meth:`sleight.backends.base.Rendering.render_chat`), and :class:`HFTokenizerOps` the rest over a
+Hugging Face tokenizer.
 
 **The rendering rule** (the readout paper's, *Scoring the Wrong Question*): a context is the chat
 template's rendering of the messages *with the generation prompt*, then the answer stem appended as
@@ -21,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from sleight.backends.base import ModelInfo, Rendered, sha256_text
+from sleight.backends.base import ModelInfo, Rendering, sha256_text
 from sleight.backends.resolve import ResolvedModel
 from sleight.errors import UserError
 
 
-def check_template_kwargs(kwargs: Mapping[str, Any] | None, what: str = "chat_template_kwargs") -> dict[str, Any]:
+def check_template_kwargs(kwargs: Mapping[str, object] | None, what: str = "chat_template_kwargs") -> dict[str, object]:
     """``kwargs`` as a plain dict of chat-template variables; anything else is one :class:`UserError`.
 
     The keys are Jinja variable names and the values JSON values, so that the run manifests that
@@ -46,15 +47,16 @@ def check_template_kwargs(kwargs: Mapping[str, Any] | None, what: str = "chat_te
     return out
 
 
-class EngineTokens:
+class EngineTokens(Rendering):
     """The token half every engine shares: the ids it read at load, and :meth:`render_chat` by the
-    rendering rule over the engine's own template rendering (:meth:`template_render`)."""
+    rendering rule (:class:`~sleight.backends.base.Rendering`) over the engine's own template
+    rendering (:meth:`template_render`)."""
 
     info: ModelInfo
     _eos: frozenset[int]
     _vocab: int
     # Template variables every render applies, set by the engine at load time (and recorded in its ModelInfo).
-    chat_template_kwargs: Mapping[str, Any] = MappingProxyType({})
+    chat_template_kwargs: Mapping[str, object] = MappingProxyType({})
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -63,35 +65,6 @@ class EngineTokens:
     @property
     def vocab_size(self) -> int:
         return self._vocab
-
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def template_render(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
-    ) -> tuple[str, list[int] | None]:
-        """The template's rendering of ``messages``: its text, and its ids where the rendering gave
-        them (None: the text's encoding)."""
-        raise NotImplementedError
-
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        add_generation_prompt: bool = True,
-        prefill: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> Rendered:
-        """The template's rendering of ``messages`` (with the generation prompt unless
-        ``add_generation_prompt=False``), then ``prefill`` appended as plain text; the ids encode
-        the whole string. ``template_kwargs`` merge over the model's ``chat_template_kwargs``."""
-        if prefill is not None and not add_generation_prompt:
-            raise ValueError("an answer stem follows the generation prompt: prefill needs add_generation_prompt=True")
-        text, ids = self.template_render(messages, add_generation_prompt, template_kwargs)
-        if prefill is not None:
-            text += prefill  # the paper's rule: the stem as text after the generation prompt, byte for byte
-            ids = None
-        return Rendered(text=text, ids=self.encode(text) if ids is None else ids)
 
 
 class HFTokenizerOps(EngineTokens):
@@ -129,7 +102,7 @@ class HFTokenizerOps(EngineTokens):
         return int(token_id) in set(self.tokenizer.all_special_ids)
 
     def template_render(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool, template_kwargs: Mapping[str, object] | None
     ) -> tuple[str, list[int] | None]:
         """The tokenizer's ``apply_chat_template`` as text (its ids: the text's encoding)."""
         if not self.tokenizer.chat_template:

@@ -67,6 +67,8 @@ from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec, vllm_settin
 from sleight.backends.tokens import HFTokenizerOps, check_template_kwargs
 from sleight.backends.vllm_wire import (
     MAX_LOGPROBS,
+    Rows,
+    SamplingKwargs,
     asked_params,
     completion,
     forced_params,
@@ -154,7 +156,7 @@ def cpu_bind(threads: int, available: Sequence[int]) -> str:
 
 
 # -- the engine's settings (pure; the tests hold these against the installed vLLM) ----------------
-def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", max_logprobs: int = MAX_LOGPROBS) -> dict[str, Any]:
+def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", max_logprobs: int = MAX_LOGPROBS) -> dict[str, object]:
     """Keyword arguments of ``vllm.LLM`` for ``spec``: prefix caching on, a bounded ``max_logprobs``,
     stats kept (the prefix-cache hit rate goes into the run's session record), the platform's
     settings, then the spec's own (:func:`sleight.backends.spec.vllm_settings`) unchanged."""
@@ -162,7 +164,7 @@ def engine_kwargs(load_path: str, spec: ModelSpec, *, platform: str = "cuda", ma
         raise UserError("max_logprobs must be a positive number of log-probs (a full vocabulary is never asked for)")
     if platform not in PLATFORM_DTYPES:
         raise UserError(f"unknown vLLM platform '{platform}' (choose from {', '.join(PLATFORM_DTYPES)})")
-    kw: dict[str, Any] = dict(
+    kw: dict[str, object] = dict(
         model=load_path,
         dtype=spec.dtype or PLATFORM_DTYPES[platform],
         tensor_parallel_size=spec.tensor_parallel_size,
@@ -285,7 +287,7 @@ class VLLMModel(HFTokenizerOps, RequestEngine):
         )
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _generate(self, seqs: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]) -> list[Any]:
+    def _generate(self, seqs: Sequence[Sequence[int]], params: Sequence[SamplingKwargs]) -> list[Any]:
         """One ``LLM.generate`` call: one ``TokensPrompt`` and one ``SamplingParams`` per sequence."""
         if not seqs:
             return []
@@ -350,7 +352,7 @@ class VLLMModel(HFTokenizerOps, RequestEngine):
             for i in range(len(seqs))
         ]
 
-    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Any]:
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int) -> list[Rows]:
         """``prompt_logprobs=k`` requests in one call (no prefix cache read: each is one prefill)."""
         return [o.prompt_logprobs for o in self._generate(seqs, [scored_params(k)] * len(seqs))]
 
@@ -386,7 +388,7 @@ class VLLMModel(HFTokenizerOps, RequestEngine):
         self.check_k(top_k)
         return ScoredStream(self, top_k, tuple(int(t) for t in stop_token_ids))
 
-    def sample_requests(
+    def sample_rows(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, n: int, sampling: Sampling, stop_token_ids: Sequence[int]
     ) -> list[list[Sample]]:
         """vLLM's own sampler, one request a prompt (:func:`sleight.backends.sampling.vllm_params`)."""

@@ -5,8 +5,8 @@ engine reads a vLLM server's prompt log-probs with the same functions (:mod:`.se
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -16,48 +16,85 @@ from sleight.errors import UserError
 MAX_LOGPROBS = 20  # vLLM's own default; top-k above it needs the engine built with more
 
 
+class SamplingKwargs(TypedDict, total=False):
+    """The ``SamplingParams`` keyword arguments this project sets (vLLM's names); the rest are vLLM's defaults."""
+
+    n: int
+    temperature: float
+    top_k: int
+    top_p: float
+    min_tokens: int
+    seed: int
+    max_tokens: int
+    stop_token_ids: list[int]
+    stop: list[str]
+    include_stop_str_in_output: bool
+    detokenize: bool
+    logprobs: int
+    allowed_token_ids: list[int]
+    logprob_token_ids: list[int]
+    prompt_logprobs: int
+
+
+class Entry(Protocol):
+    """One token's entry in a row of vLLM's log-probs (its ``Logprob``, or a server's JSON read as
+    :class:`~sleight.backends.served_wire.Lp`): the log-prob and the rank (None: not ranked)."""
+
+    @property
+    def logprob(self) -> float: ...
+
+    @property
+    def rank(self) -> int | None: ...
+
+
+Row = Mapping[int, Entry]  # one position: {token id: entry}
+Rows = Sequence[Row | None]  # one request's prompt log-prob rows (row 0, the first prompt token's, is None)
+
+
 # -- what the adapter asks vLLM for ---------------------------------------------------------------
-def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = (), top_k: int = 0) -> dict[str, Any]:
+def until_params(max_tokens: int, stop_token_ids: Sequence[int] = (), stop: Sequence[str] = (), top_k: int = 0) -> SamplingKwargs:
     """``SamplingParams`` of one Phase A request: greedy, no detokenizing, and with ``top_k`` the
     top-k log-probs of every generated token (its records, read as it is generated).
 
     vLLM only searches stop strings in detokenized text (``SamplingParams._verify_args`` refuses
     ``stop`` with ``detokenize=False``), so a request with stop strings detokenizes its output.
     """
-    return dict(
+    params = SamplingKwargs(
         temperature=0.0,
         max_tokens=int(max_tokens),
         stop_token_ids=[int(t) for t in stop_token_ids],
         stop=list(stop),
         include_stop_str_in_output=True,
         detokenize=bool(stop),
-        **({"logprobs": int(top_k)} if top_k else {}),
     )
+    if top_k:
+        params["logprobs"] = int(top_k)
+    return params
 
 
-def forced_params(token: int, top_k: int) -> dict[str, Any]:
+def forced_params(token: int, top_k: int) -> SamplingKwargs:
     """One token that must be ``token``, with its records at that position: ``allowed_token_ids``
     masks every other id before sampling, and vLLM's log-probs are the raw ones, read before any
     mask (``logprobs_mode="raw_logprobs"``, vllm/v1/sample/sampler.py), so the forced token's own
     log-prob and the position's top-k are the model's, as a teacher-forced pass gives them, and the
     request reads the prefix cache (a ``prompt_logprobs`` request does not)."""
-    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), allowed_token_ids=[int(token)], detokenize=False)
+    return SamplingKwargs(temperature=0.0, max_tokens=1, logprobs=int(top_k), allowed_token_ids=[int(token)], detokenize=False)
 
 
-def top_params(top_k: int) -> dict[str, Any]:
+def top_params(top_k: int) -> SamplingKwargs:
     """One token, with the top-k log-probs at the position before it."""
-    return dict(temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
+    return SamplingKwargs(temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
 
 
-def asked_params(ids: Sequence[int]) -> dict[str, Any]:
+def asked_params(ids: Sequence[int]) -> SamplingKwargs:
     """One token, with the log-probs of exactly ``ids`` at the position before it."""
-    return dict(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t) for t in ids], detokenize=False)
+    return SamplingKwargs(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t) for t in ids], detokenize=False)
 
 
-def scored_params(top_k: int) -> dict[str, Any]:
+def scored_params(top_k: int) -> SamplingKwargs:
     """One token, with every prompt token's own log-prob and the top-k at its position
     (``prompt_logprobs=0``: the own log-prob alone, no alternatives)."""
-    return dict(temperature=0.0, max_tokens=1, prompt_logprobs=int(top_k), detokenize=False)
+    return SamplingKwargs(temperature=0.0, max_tokens=1, prompt_logprobs=int(top_k), detokenize=False)
 
 
 # -- what vLLM returns, translated ----------------------------------------------------------------
@@ -86,7 +123,7 @@ def completion(out: Any, eos: frozenset[int], max_tokens: int, top_k: int = 0) -
     raise RuntimeError(f"vLLM finished a request with finish_reason={out.finish_reason!r}")
 
 
-def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
+def ranked(entry: Row, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The top-k of one position's ``{token_id: Logprob}`` (the sampled token comes first in vLLM's
     dict and keeps its own rank; the top-k carry ranks 1..k), most probable first."""
     items = sorted(((int(v.rank), int(t), float(v.logprob)) for t, v in entry.items() if v.rank is not None and v.rank <= k))
@@ -95,7 +132,7 @@ def ranked(entry: dict[int, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, lps
 
 
-def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequence[int], start: int) -> np.ndarray:
+def prompt_token_logprobs(rows: Rows, tokens: Sequence[int], start: int) -> np.ndarray:
     """The log-probs of ``tokens`` read from a request's ``prompt_logprobs`` (row ``i`` holds prompt
     token ``i``'s own entry, row 0 is None, so ``tokens`` start at row ``start``) or from an output's
     ``logprobs`` (row ``i``: generated token ``i``, ``start`` 0)."""
@@ -110,7 +147,7 @@ def prompt_token_logprobs(rows: Sequence[dict[int, Any] | None], tokens: Sequenc
     return np.asarray(got, dtype=np.float64)
 
 
-def scored(rows: Sequence[dict[int, Any] | None], reply: Sequence[int], start: int, k: int) -> Scored:
+def scored(rows: Rows, reply: Sequence[int], start: int, k: int) -> Scored:
     """A reply's :class:`Scored` from its request's ``prompt_logprobs`` (``prompt_logprobs=k``):
     each row holds the prompt token's own entry beside the top-k (ranks 1..k); entropy NaN."""
     logprobs = prompt_token_logprobs(rows, reply, start)

@@ -113,10 +113,21 @@ def chunk_key(chunk: Sequence[int]) -> str:
     return f"{chunk[0]:05d}"
 
 
+class DownstreamManifest(rundir.Manifest, total=False):
+    """A downstream run's manifest.json: the run directory's fields and the kind's extras, the
+    command that reproduces the run and its items file and count. ``seconds``: the wall time an
+    older manifest held itself (else the sessions' work time, :func:`work_seconds`)."""
+
+    command: str
+    items: str
+    n_items: int
+    seconds: float
+
+
 @dataclass
 class RunResult:
     rows: list[ReadingsRow]
-    manifest: dict[str, Any]
+    manifest: rundir.Manifest
     new_items: int
     resumed_items: int
 
@@ -125,10 +136,10 @@ def run_pipeline(
     pipeline: Pipeline,
     items: Sequence[Any],
     out: Path | str,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     *,
     load_model: Callable[[], Any],
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
     chunk: int = DEFAULT_CHUNK,
     overwrite: bool = False,
     progress: SweepProgress | None = None,
@@ -194,10 +205,10 @@ def _ordered(paths: Sequence[Path], pipeline: Pipeline, index: Mapping[str, int]
     return sorted(rows, key=lambda r: pipeline.order(r, index))
 
 
-def read_readings(out: Path | str, kind: str) -> tuple[list[ReadingsRow], dict[str, Any]]:
+def read_readings(out: Path | str, kind: str) -> tuple[list[ReadingsRow], DownstreamManifest]:
     """The rows and the manifest of a finished run (``--rescore``); one line when there are none."""
     run = RunDir(out, kind)
-    manifest = run.require(f"--rescore needs a finished run of 'sleight readout {kind}' in it")
+    manifest = cast(DownstreamManifest, run.require(f"--rescore needs a finished run of 'sleight readout {kind}' in it"))
     path = Path(out) / READINGS
     if not path.is_file():
         raise UserError(f"--rescore needs {path} from an earlier run of this command")
@@ -207,7 +218,7 @@ def read_readings(out: Path | str, kind: str) -> tuple[list[ReadingsRow], dict[s
     return cast("list[ReadingsRow]", pq.read_table(path).to_pylist()), manifest  # verified: the kind's schema
 
 
-def work_seconds(manifest: Mapping[str, Any]) -> float | None:
+def work_seconds(manifest: rundir.Manifest) -> float | None:
     """Wall time of the sessions that did model work, summed (None before any finished)."""
     spans = [float(s["seconds"]) for s in manifest.get("sessions") or [] if s.get("new_units") and s.get("seconds") is not None]
     return sum(spans) if spans else None
@@ -415,7 +426,7 @@ class DownstreamResult:
     out: Path
     rows: list[ReadingsRow]
     summary: ForecastSummary | PTrueSummary
-    manifest: dict[str, Any]
+    manifest: DownstreamManifest
     new_items: int = 0
     resumed_items: int = 0
 
@@ -487,7 +498,7 @@ def _kind_parts(kind: str) -> tuple[Callable[..., list[Any]], Path, Callable[...
     return load_qa_items, DEFAULT_ITEMS, pp.summarise, rep.ptrue_report
 
 
-def _score_and_report(kind: str, out: Path, manifest: Mapping[str, Any], rows: list[ReadingsRow], B: int, seed: int) -> ForecastSummary | PTrueSummary:
+def _score_and_report(kind: str, out: Path, manifest: DownstreamManifest, rows: list[ReadingsRow], B: int, seed: int) -> ForecastSummary | PTrueSummary:
     """summary.json (the run's description, then the summary) and the reports from the rows (the
     bootstrap runs here, no model needed)."""
     from sleight.readout.downstream_report import RunMeta, write_report
@@ -548,8 +559,9 @@ def run_downstream(
         prog.status("scoring (bootstrap) and writing the report")
     finally:
         prog.close()
-    summary = _score_and_report(kind, out, result.manifest, result.rows, config.B, config.seed)
-    return DownstreamResult(out, result.rows, summary, result.manifest, result.new_items, result.resumed_items)
+    manifest = cast(DownstreamManifest, result.manifest)  # written with ``extra`` above
+    summary = _score_and_report(kind, out, manifest, result.rows, config.B, config.seed)
+    return DownstreamResult(out, result.rows, summary, manifest, result.new_items, result.resumed_items)
 
 
 def rescore(kind: str, out: Path | str, *, B: int = 20000, seed: int = 0) -> DownstreamResult:

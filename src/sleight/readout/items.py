@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,7 +30,7 @@ PRINTED_SEED = 0  # the seed of the printed non-gold letter (App. E: "drawn per 
 
 
 # -- reading records ---------------------------------------------------------------------------------
-def jsonl_objects(text: str, name: str) -> list[tuple[dict[str, Any], str]]:
+def jsonl_objects(text: str, name: str) -> list[tuple[dict[str, object], str]]:
     """Each non-blank line of a JSONL text as an object, with its ``name line N`` label; a line
     that is not a JSON object is one UserError naming it."""
     out = []
@@ -59,7 +59,7 @@ def read_text(path: str | Path) -> str:
         raise UserError(f"{p.name} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
 
 
-def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
+def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, object], str]]:
     """Parsed JSONL objects with their ``file:line`` labels; a malformed line is a UserError."""
     p = Path(path)
     if not p.is_file():
@@ -70,11 +70,18 @@ def load_jsonl_records(path: str | Path) -> list[tuple[dict[str, Any], str]]:
     return out
 
 
-T = TypeVar("T")
+class _Identified(Protocol):
+    """An item with an id (unique within its file)."""
+
+    @property
+    def id(self) -> str: ...
+
+
+T = TypeVar("T", bound=_Identified)
 
 
 def load_unique_items(
-    path: str | Path, from_record: Callable[[dict[str, Any], str], T], limit: int | None = None
+    path: str | Path, from_record: Callable[[Mapping[str, object], str], T], limit: int | None = None
 ) -> list[T]:
     """Items built by ``from_record`` from a JSONL file: errors name the file and line, ids must be
     unique, at most ``limit`` (>= 1) are returned."""
@@ -84,9 +91,9 @@ def load_unique_items(
     seen: dict[str, str] = {}
     for rec, where in load_jsonl_records(path):
         item = from_record(rec, where)
-        if item.id in seen:  # type: ignore[attr-defined]
-            raise UserError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")  # type: ignore[attr-defined]
-        seen[item.id] = where  # type: ignore[attr-defined]
+        if item.id in seen:
+            raise UserError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")
+        seen[item.id] = where
         items.append(item)
     return items[:limit] if limit is not None else items
 

@@ -38,9 +38,9 @@ What the package owns, by module (bottom first; each imports only those below it
 * :mod:`~sleight.rundir.config`: what decides the records (:func:`config_diff`, :func:`identity`,
   :func:`model_identity`, :func:`fingerprint`, :func:`digest`) and shards (:class:`Shard`,
   :data:`ALL`, :func:`parse_shard`, :func:`covered`).
-* :mod:`~sleight.rundir.sessions`: :func:`versions`, :class:`Session`, :data:`SESSION_FIELDS`.
+* :mod:`~sleight.rundir.sessions`: :func:`versions`, :class:`Session`, its :class:`SessionRecord`, :data:`SESSION_FIELDS`.
 * :mod:`~sleight.rundir.directory`: :class:`RunDir`, :func:`kind_of`, :func:`find_runs`, the
-  manifest's :data:`MANIFEST_FIELDS` and :data:`DERIVED_FIELDS`.
+  manifest's :data:`MANIFEST_FIELDS` and :data:`DERIVED_FIELDS`, and its shape as read (:class:`Manifest`).
 
 It may import only :mod:`sleight.errors` and itself (``tests/test_architecture.py`` holds it to
 that); the commands' packages import it, never the other way round. Import names from
@@ -67,6 +67,7 @@ from sleight.rundir.directory import (
     FORMAT_VERSION,
     MANIFEST,
     MANIFEST_FIELDS,
+    Manifest,
     RunDir,
     find_runs,
     kind_of,
@@ -85,7 +86,7 @@ from sleight.rundir.files import (
 )
 from sleight.rundir.parts import DAMAGED_DIR, Parts, Warn, set_aside, verify_part
 from sleight.rundir.schema import JsonFields, fields_markdown, schema_markdown
-from sleight.rundir.sessions import SESSION_FIELDS, SESSIONS_DIR, TMP_DIR, Session, versions
+from sleight.rundir.sessions import SESSION_FIELDS, SESSIONS_DIR, TMP_DIR, Session, SessionRecord, versions
 
 __all__ = [
     "ALL",
@@ -101,9 +102,11 @@ __all__ = [
     "SESSION_FIELDS",
     "TMP_DIR",
     "JsonFields",
+    "Manifest",
     "Parts",
     "RunDir",
     "Session",
+    "SessionRecord",
     "Shard",
     "Warn",
     "config_diff",

@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sleight.errors import UserError
 from sleight.rundir.files import json_safe
@@ -24,12 +23,12 @@ MODEL_IDENTITY = ("model_id", "revision", "chat_template_sha256", "engine", "dty
 SERVED_TOKENIZER = "served:"
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], keys: Sequence[str] | None = None, prefix: str = "") -> list[str]:
+def config_diff(old: Mapping[str, object], new: Mapping[str, object], keys: Sequence[str] | None = None, prefix: str = "") -> list[str]:
     """``field: <old> there, <new> here`` for each differing field (nested dicts by dotted name)."""
     names = list(keys) if keys is not None else list(dict.fromkeys([*old, *new]))
     out = []
@@ -44,24 +43,26 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], keys: Sequence[s
     return out
 
 
-def identity(config: Mapping[str, Any], keys: Sequence[str] | None) -> dict[str, Any]:
+def identity(config: Mapping[str, object], keys: Sequence[str] | None) -> dict[str, object]:
     return dict(config) if keys is None else {k: config.get(k) for k in keys}
 
 
-def model_identity(model: Mapping[str, Any] | None) -> dict[str, Any]:
+def model_identity(model: Mapping[str, object] | None) -> dict[str, object]:
     """The model fields that decide records; chat-template arguments (``--thinking``, ...) and load
     settings (``--quantization``, ...) only when given, so a run made before they were recorded
     resumes under the same fingerprint."""
-    ident = {k: (model or {}).get(k) for k in MODEL_IDENTITY}
-    if str((model or {}).get("tokenizer") or "").startswith(SERVED_TOKENIZER):  # a content hash, unlike a local tokenizer's path
-        ident["tokenizer"] = (model or {})["tokenizer"]
+    m: Mapping[str, object] = model or {}
+    ident = {k: m.get(k) for k in MODEL_IDENTITY}
+    if str(m.get("tokenizer") or "").startswith(SERVED_TOKENIZER):  # a content hash, unlike a local tokenizer's path
+        ident["tokenizer"] = m["tokenizer"]
     for extra in ("chat_template_kwargs", "load"):  # the template variables; revision, quantization, ... as loaded
-        if (model or {}).get(extra):
-            ident[extra] = dict((model or {})[extra])
+        value = m.get(extra)
+        if value:
+            ident[extra] = dict(value) if isinstance(value, Mapping) else value
     return ident
 
 
-def fingerprint(config: Mapping[str, Any], model: Mapping[str, Any] | None, keys: Sequence[str] | None = None) -> str:
+def fingerprint(config: Mapping[str, object], model: Mapping[str, object] | None, keys: Sequence[str] | None = None) -> str:
     """sha256 of what decides the records: the identity part of the config and the model's identity."""
     payload = json.dumps(
         json_safe({"config": identity(config, keys), "model": model_identity(model)}), sort_keys=True, default=str
@@ -69,7 +70,7 @@ def fingerprint(config: Mapping[str, Any], model: Mapping[str, Any] | None, keys
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def digest(obj: Any) -> str:
+def digest(obj: object) -> str:
     """sha256 of a JSON-able value (inputs such as items or questions)."""
     return hashlib.sha256(json.dumps(json_safe(obj), ensure_ascii=False, sort_keys=True, default=str).encode()).hexdigest()
 

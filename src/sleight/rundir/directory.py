@@ -13,7 +13,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import pyarrow as pa
 
@@ -21,7 +21,7 @@ from sleight.errors import UserError
 from sleight.rundir.config import ALL, Shard, config_diff, covered, fingerprint, model_identity, parse_shard
 from sleight.rundir.files import _fsync_dir, dumps, now, read_json
 from sleight.rundir.parts import Parts
-from sleight.rundir.sessions import SESSIONS_DIR, TMP_DIR, Session
+from sleight.rundir.sessions import SESSIONS_DIR, TMP_DIR, Session, SessionRecord
 
 try:  # POSIX; without it a cleaner cannot tell a dead session's leftovers from a live one's
     import fcntl
@@ -51,6 +51,26 @@ DERIVED_FIELDS: dict[str, str] = {
 }
 
 
+class Manifest(TypedDict, total=False):
+    """``manifest.json`` as read back: :data:`MANIFEST_FIELDS`, ``versions`` and the
+    :data:`DERIVED_FIELDS` (a run directory of any age may lack a key, so readers ``get`` them). A
+    kind's own extras are read through a typed dict of its own, or the manifest as a
+    ``Mapping[str, object]``."""
+
+    format: str
+    version: int
+    kind: str
+    created: str
+    model: dict[str, object] | None
+    config: dict[str, object]
+    fingerprint: str
+    units: int
+    versions: dict[str, str]
+    sessions: list[SessionRecord]
+    completed: bool
+    finished: str | None
+
+
 class RunDir:
     """One run directory of one ``kind``: checked against a config, joined by sessions, holding parts."""
 
@@ -67,23 +87,23 @@ class RunDir:
         return Parts(self.dir, name, schema)
 
     # -- reading ---------------------------------------------------------------------------------
-    def sessions(self) -> list[dict[str, Any]]:
+    def sessions(self) -> list[SessionRecord]:
         folder = self.dir / SESSIONS_DIR
-        recs = []
+        recs: list[SessionRecord] = []
         for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
                 rec = json.loads(p.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # a session record is provenance; one unreadable record never blocks a run
             if isinstance(rec, dict):
-                recs.append(rec)
+                recs.append(cast(SessionRecord, rec))
         return sorted(recs, key=lambda r: (str(r.get("started", "")), str(r.get("id", ""))))
 
-    def read_manifest(self) -> dict[str, Any] | None:
+    def read_manifest(self) -> Manifest | None:
         """The manifest with its derived fields (``sessions``, ``completed``, ``finished``), or None."""
         if not self.manifest_path.is_file():
             return None
-        m = read_json(self.manifest_path, "use another --out, or --overwrite to start over")
+        m = cast(Manifest, read_json(self.manifest_path, "use another --out, or --overwrite to start over"))
         if m.get("format") != FORMAT:
             raise UserError(
                 f"{self.manifest_path} is not a {FORMAT} manifest (format {m.get('format')!r}); use another --out, or --overwrite to start over"
@@ -100,18 +120,18 @@ class RunDir:
             m["finished"] = max(ends) if m["completed"] and ends else None
         return m
 
-    def require(self, hint: str = "") -> dict[str, Any]:
+    def require(self, hint: str = "") -> Manifest:
         m = self.read_manifest()
         if m is None:
             raise UserError(f"{self.dir} is not a {self.kind} run directory (no {MANIFEST}){'; ' + hint if hint else ''}")
         self._check_kind(m)
         return m
 
-    def _check_kind(self, m: Mapping[str, Any]) -> None:
+    def _check_kind(self, m: Manifest) -> None:
         if m.get("kind") != self.kind:
             raise UserError(f"{self.dir} holds a '{m.get('kind')}' run, not '{self.kind}'; use another --out")
 
-    def _check_config(self, old: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    def _check_config(self, old: Manifest, config: Mapping[str, object]) -> None:
         """The one refusal rule: one line naming each field that differs from the run's own config."""
         diff = config_diff(old.get("config") or {}, config, self.identity_keys)
         if diff:
@@ -120,7 +140,7 @@ class RunDir:
             )
 
     # -- checking --------------------------------------------------------------------------------
-    def check(self, config: Mapping[str, Any], *, overwrite: bool = False) -> dict[str, Any] | None:
+    def check(self, config: Mapping[str, object], *, overwrite: bool = False) -> Manifest | None:
         """Before anything expensive: refuse a directory that is not this run, or start it over.
 
         Returns the manifest to resume, or None for a new run. A different config is refused with one
@@ -154,11 +174,11 @@ class RunDir:
     # -- joining ---------------------------------------------------------------------------------
     def open(
         self,
-        config: Mapping[str, Any],
-        model: Mapping[str, Any] | None,
+        config: Mapping[str, object],
+        model: Mapping[str, object] | None,
         *,
         units: int,
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
         shard: Shard = ALL,
         versions_: Mapping[str, str] | None = None,
     ) -> Session:
@@ -170,7 +190,7 @@ class RunDir:
         self.dir.mkdir(parents=True, exist_ok=True)
         session = Session(self, shard, model, versions_)
         try:
-            manifest = {
+            manifest: dict[str, object] = {  # as written: the kind's extras after the fields
                 "format": FORMAT,
                 "version": FORMAT_VERSION,
                 "kind": self.kind,
@@ -200,7 +220,7 @@ class RunDir:
             raise
         return session
 
-    def _create(self, manifest: Mapping[str, Any], tmp_dir: Path) -> bool:
+    def _create(self, manifest: Mapping[str, object], tmp_dir: Path) -> bool:
         """Write manifest.json unless it exists (an exclusive link: of two racing processes one wins)."""
         tmp = tmp_dir / MANIFEST
         with open(tmp, "wb") as fh:
@@ -255,19 +275,19 @@ class RunDir:
                     continue  # alive (or a file system that cannot tell: keep it)
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
-    def record_session(self, shard: Shard, *, completed: bool, model: Mapping[str, Any] | None = None) -> None:
+    def record_session(self, shard: Shard, *, completed: bool, model: Mapping[str, object] | None = None) -> None:
         """A session that had nothing to do still says so (it may be the one that completes the run)."""
         Session(self, shard, model).finish(completed)
 
     def commit_parts(
         self,
-        config: Mapping[str, Any],
+        config: Mapping[str, object],
         todo: Sequence[str],
         *,
         units: int,
-        start: Callable[[], Mapping[str, Any]],
+        start: Callable[[], Mapping[str, object]],
         write: Callable[[str, Path], None],
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         """Each part of ``todo`` in one session: ``start()`` (load the model; its info) once, then
         ``write(key, tmp_dir)`` commits a part and the session counts it. With nothing to do, a run

@@ -35,7 +35,7 @@ class JsonFields:
     """A summary dataclass whose JSON form is its fields by name: ``as_json`` writes them,
     ``from_json`` reads them back from a record that may hold other keys too (a run description)."""
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, NotRequired, Protocol, TypedDict
 
 import pyarrow as pa
 
@@ -48,6 +48,25 @@ SESSION_FIELDS: dict[str, str] = {
 }
 
 
+class SessionRecord(TypedDict):
+    """A session record (``sessions/<id>.json``), its keys in :data:`SESSION_FIELDS`' order. The
+    device, batch size and engine version are the model record's values, kept as it gives them."""
+
+    id: str
+    started: str
+    finished: str | None
+    completed: bool
+    shard: str
+    host: str
+    pid: int
+    new_units: int
+    device: object
+    batch_size: object
+    engine_version: object
+    versions: dict[str, str]
+    seconds: NotRequired[float]  # set when it finishes
+
+
 class _Run(Protocol):
     """What a session needs of its run (a :class:`~sleight.rundir.directory.RunDir`): its folder."""
 
@@ -74,7 +93,7 @@ class Session:
     """One process's work on a run: its own record file, its own temporary folder (locked while it lives)."""
 
     def __init__(
-        self, run: _Run, shard: Shard, model: Mapping[str, Any] | None, versions_: Mapping[str, str] | None = None
+        self, run: _Run, shard: Shard, model: Mapping[str, object] | None, versions_: Mapping[str, str] | None = None
     ) -> None:
         self.run = run
         self._t0 = time.monotonic()
@@ -84,7 +103,7 @@ class Session:
         self.tmp_dir = run.dir / TMP_DIR / self.id
         self._lock = self._born_locked()
         m = model or {}
-        self.record: dict[str, Any] = {
+        self.record: SessionRecord = {
             "id": self.id,
             "started": started.isoformat(timespec="seconds"),
             "finished": None,
@@ -99,7 +118,7 @@ class Session:
             "versions": dict(versions_ if versions_ is not None else versions()),
         }
 
-    def _born_locked(self) -> Any:
+    def _born_locked(self) -> IO[str]:
         """The session's folder, appearing with its lock already held (so that no cleaner ever sees
         it unlocked): the lock is taken on a file in ``.tmp/``, then moved into the new folder."""
         root = self.tmp_dir.parent

@@ -16,9 +16,10 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -38,20 +39,41 @@ METRICS: dict[str, tuple[Callable[..., Any], str]] = {
 }
 
 
-Scalar = str | int | float | bool | None  # a value of a JSON record (NaN until clean() makes it null)
-
-
 def _num(v: Any) -> float:
     """A float of a record read back from JSON, where null is the NaN :func:`clean` wrote as null."""
     return math.nan if v is None else float(v)
 
 
+@dataclass(frozen=True)
 class JsonRecord:
     """A frozen record of this module: ``as_json`` is its JSON object, which :func:`clean` writes
-    wherever the record sits in a summary (so the summaries' files keep their shape)."""
+    wherever the record sits in a summary (so the summaries' files keep their shape).
+
+    By default that object is the record's fields, their names and order the keys, and ``from_json``
+    reads one back field by field (:func:`_field`); a record whose JSON has another shape overrides
+    both."""
 
     def as_json(self) -> Mapping[str, object]:
-        raise NotImplementedError
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls: type[R], d: Mapping[str, Any]) -> R:
+        types = typing.get_type_hints(cls)
+        return cls(**{f.name: _field(d, f.name, types[f.name]) for f in fields(cls)})
+
+
+R = TypeVar("R", bound=JsonRecord)
+_READ: dict[object, Callable[[Any], object]] = {int: int, float: _num, str: str, bool: bool}
+
+
+def _field(d: Mapping[str, Any], key: str, kind: object) -> object:
+    """One field of a record read back from JSON by its type: a float's null is the NaN :func:`clean`
+    wrote, an ``int | None`` (a count that may be missing) is taken as it is, absent as None."""
+    if kind == int | None:
+        return d.get(key)
+    if kind not in _READ:
+        raise TypeError(f"{key}: a field of type {kind} has no default JSON reading")
+    return _READ[kind](d[key])
 
 
 @dataclass(frozen=True)
@@ -70,18 +92,22 @@ class MetricInterval(JsonRecord):
     level: float
     n_invalid: int | None
 
-    def as_json(self) -> dict[str, Scalar]:
-        return {
-            "metric": self.metric, "better": self.better, "n": self.n, "estimate": self.estimate,
-            "low": self.low, "high": self.high, "B": self.B, "level": self.level, "n_invalid": self.n_invalid,
-        }
-
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> MetricInterval:
-        return cls(
-            str(d["metric"]), str(d["better"]), int(d["n"]), _num(d["estimate"]), _num(d["low"]), _num(d["high"]),
-            int(d["B"]), float(d["level"]), d.get("n_invalid"),
-        )
+    def bootstrapped(
+        cls: type[M], metric: str, better: str, stat: Callable[..., Any], arrays: tuple[np.ndarray, ...],
+        *, B: int, seed: int, level: float, clusters: ArrayLike | None,
+    ) -> M:
+        """``stat`` of ``arrays`` (one row per item) with its percentile (cluster) bootstrap interval;
+        an undefined estimate (one class only) gets NaN bounds and no interval rather than one for an
+        undefined value."""
+        n, estimate = int(arrays[0].size), float(stat(*arrays))
+        if not math.isfinite(estimate):
+            return cls(metric, better, n, estimate, math.nan, math.nan, B, level, None)
+        ci = bootstrap_ci(stat, *arrays, B=B, seed=seed, level=level, clusters=clusters)
+        return cls(metric, better, n, estimate, ci.low, ci.high, B, level, ci.n_invalid)
+
+
+M = TypeVar("M", bound=MetricInterval)
 
 
 @dataclass(frozen=True)
@@ -107,22 +133,6 @@ class PairedDifference(JsonRecord):
     gain_high: float
     n_invalid: int | None
 
-    def as_json(self) -> dict[str, Scalar]:
-        return {
-            "metric": self.metric, "a": self.a, "b": self.b, "better": self.better, "n": self.n, "B": self.B, "level": self.level,
-            "estimate_a": self.estimate_a, "estimate_b": self.estimate_b, "diff": self.diff, "low": self.low, "high": self.high,
-            "gain": self.gain, "gain_low": self.gain_low, "gain_high": self.gain_high, "n_invalid": self.n_invalid,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PairedDifference:
-        return cls(
-            str(d["metric"]), str(d["a"]), str(d["b"]), str(d["better"]), int(d["n"]), int(d["B"]), float(d["level"]),
-            estimate_a=_num(d["estimate_a"]), estimate_b=_num(d["estimate_b"]), diff=_num(d["diff"]),
-            low=_num(d["low"]), high=_num(d["high"]), gain=_num(d["gain"]), gain_low=_num(d["gain_low"]),
-            gain_high=_num(d["gain_high"]), n_invalid=d.get("n_invalid"),
-        )
-
 
 @dataclass(frozen=True)
 class MassSummary(JsonRecord):
@@ -138,20 +148,6 @@ class MassSummary(JsonRecord):
     floor: float
     collapsed: bool
 
-    def as_json(self) -> dict[str, Scalar]:
-        return {
-            "n": self.n, "n_defined": self.n_defined, "n_boundary_not_preserved": self.n_boundary_not_preserved,
-            "median": self.median, "min": self.min, "below_floor": self.below_floor, "floor": self.floor,
-            "collapsed": self.collapsed,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> MassSummary:
-        return cls(
-            int(d["n"]), int(d["n_defined"]), int(d["n_boundary_not_preserved"]), _num(d["median"]), _num(d["min"]),
-            int(d["below_floor"]), float(d["floor"]), bool(d["collapsed"]),
-        )
-
 
 @dataclass(frozen=True)
 class LetterAuroc(JsonRecord):
@@ -162,41 +158,19 @@ class LetterAuroc(JsonRecord):
     n_positive: int
     auroc: float
 
-    def as_json(self) -> dict[str, Scalar]:
-        return {"n": self.n, "n_positive": self.n_positive, "auroc": self.auroc}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> LetterAuroc:
-        return cls(int(d["n"]), int(d["n_positive"]), _num(d["auroc"]))
-
 
 @dataclass(frozen=True)
-class AnswerLetterInterval(JsonRecord):
+class AnswerLetterInterval(MetricInterval):
     """App. E's answer-letter AUROC with its percentile interval (:func:`answer_letter_auroc_interval`).
-    Its JSON has no ``better`` and, where the estimate is undefined, no ``n_invalid`` key (None here)."""
+    Its JSON has no ``better`` (an AUROC's is higher) and, where the estimate is undefined, no
+    ``n_invalid`` key."""
 
-    n: int
-    estimate: float
-    low: float
-    high: float
-    B: int
-    level: float
-    n_invalid: int | None = None
-    metric: str = "answer_letter_auroc"
-
-    def as_json(self) -> dict[str, Scalar]:
-        out: dict[str, Scalar] = {
-            "metric": self.metric, "n": self.n, "estimate": self.estimate, "low": self.low, "high": self.high,
-            "B": self.B, "level": self.level,
-        }
-        if self.n_invalid is not None:
-            out["n_invalid"] = self.n_invalid
-        return out
+    def as_json(self) -> dict[str, object]:
+        return {k: v for k, v in super().as_json().items() if k != "better" and not (k == "n_invalid" and v is None)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AnswerLetterInterval:
-        est, low, high = _num(d["estimate"]), _num(d["low"]), _num(d["high"])
-        return cls(int(d["n"]), est, low, high, int(d["B"]), float(d["level"]), d.get("n_invalid"), str(d["metric"]))
+        return super().from_json({"better": "higher", **d})
 
 
 @dataclass(frozen=True)
@@ -207,13 +181,6 @@ class LooInterval(JsonRecord):
     estimate: float
     low: float
     high: float
-
-    def as_json(self) -> dict[str, Scalar]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> LooInterval:
-        return cls(_num(d["estimate"]), _num(d["low"]), _num(d["high"]))
 
 
 @dataclass(frozen=True)
@@ -293,12 +260,7 @@ def metric_interval(
     only one class); then no interval is computed rather than reporting one for an undefined value.
     """
     fn, better = METRICS[metric]
-    s, y = _arrays(scores, labels)
-    estimate = float(fn(s, y))
-    if not math.isfinite(estimate):
-        return MetricInterval(metric, better, int(s.size), estimate, math.nan, math.nan, B, level, None)
-    ci = bootstrap_ci(fn, s, y, B=B, seed=seed, level=level, clusters=clusters)
-    return MetricInterval(metric, better, int(s.size), estimate, ci.low, ci.high, B, level, ci.n_invalid)
+    return MetricInterval.bootstrapped(metric, better, fn, _arrays(scores, labels), B=B, seed=seed, level=level, clusters=clusters)
 
 
 def paired_difference(
@@ -469,12 +431,10 @@ def answer_letter_auroc_interval(
 ) -> AnswerLetterInterval:
     """:func:`answer_letter_auroc` with its percentile item-bootstrap interval (App. E)."""
     s, y = _arrays(scores, labels)
-    g = np.asarray(letters, dtype=np.float64)
-    estimate = float(answer_letter_auroc(s, y, g))
-    if not math.isfinite(estimate):
-        return AnswerLetterInterval(int(s.size), estimate, math.nan, math.nan, B, level)
-    ci = bootstrap_ci(_answer_letter_stat, s, y, g, B=B, seed=seed, level=level, clusters=clusters)
-    return AnswerLetterInterval(int(s.size), estimate, ci.low, ci.high, B, level, ci.n_invalid)
+    arrays = (s, y, np.asarray(letters, dtype=np.float64))
+    return AnswerLetterInterval.bootstrapped(
+        "answer_letter_auroc", "higher", _answer_letter_stat, arrays, B=B, seed=seed, level=level, clusters=clusters
+    )
 
 
 def log_median(values: Sequence[float | None]) -> float:

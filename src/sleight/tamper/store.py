@@ -17,13 +17,14 @@ processes at once: they share the manifest, and each writes only its own questio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
+import pyarrow as pa
 
-from sleight.rundir import ALL, RunDir, Session, Shard
+from sleight.rundir import ALL, Manifest, RunDir, Session, Shard
 from sleight.tamper.records import CLEAN_SCHEMA, TRIALS_SCHEMA
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class RunStore:
         self.session: Session | None = None
 
     # -- opening ---------------------------------------------------------------------------------
-    def read_manifest(self) -> dict[str, Any] | None:
+    def read_manifest(self) -> Manifest | None:
         return self.run.read_manifest()
 
     def check_config(self, config: TamperRunConfig, *, overwrite: bool = False) -> None:
@@ -70,7 +71,7 @@ class RunStore:
     def open(
         self,
         config: TamperRunConfig,
-        model_info: dict[str, Any],
+        model_info: Mapping[str, object],
         prompts: dict[str, str],
         versions: dict[str, str],
         *,
@@ -92,7 +93,8 @@ class RunStore:
         manifest = self.read_manifest()
         if manifest is None:
             return set()
-        n_sub = int(((manifest.get("config") or {}).get("substitutes") or {}).get("n") or 0) or None
+        subs = (manifest.get("config") or {}).get("substitutes")
+        n_sub = int((subs.get("n") if isinstance(subs, Mapping) else None) or 0) or None
         wanted = None if indices is None else set(indices)
         keys = [k for k in self.trials.keys() if (i := _index(k)) is not None and (wanted is None or i in wanted)]
         redo = lambda key: f"question {key.split('-', 1)[-1]} is redone"  # noqa: E731
@@ -100,7 +102,7 @@ class RunStore:
         good_clean = self.clean.verified(sorted(good_trials), rows=lambda _k: 1, redo=redo)
         return {i for k in good_trials & good_clean if (i := _index(k)) is not None}
 
-    def commit(self, question_index: int, question_id: str, clean: Any, trials: Any) -> None:
+    def commit(self, question_index: int, question_id: str, clean: pa.Table, trials: pa.Table) -> None:
         """Write one question atomically: its clean part, then its trials part (the commit point)."""
         key = part_name(question_index, question_id)[: -len(".parquet")]
         tmp = self.session.tmp_dir if self.session else None
@@ -131,6 +133,6 @@ def load_clean(run_dir: Path | str) -> pd.DataFrame:
     return df.sort_values("question_index", kind="stable").reset_index(drop=True)
 
 
-def load_manifest(run_dir: Path | str) -> dict[str, Any]:
+def load_manifest(run_dir: Path | str) -> Manifest:
     """The run's manifest (with its sessions); a clear error when ``run_dir`` is not a tamper run."""
     return RunDir(run_dir, KIND).require("make one with 'sleight tamper run'")

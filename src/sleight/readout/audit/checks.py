@@ -303,6 +303,10 @@ class Check:
         return CheckOutcome(self.number, self.name, self.verdict, self.reason)
 
 
+# the readings' columns a worked example shows as they are, under their own names
+SHOWN_COLUMNS = ("item_id", "variant", "option_mass", "boundary_preserved", "argmax_token", "argmax_class", "continuation", "continuation_class")
+
+
 def example_of(row: pd.Series | None) -> WorkedExample | None:
     """A worked example: the rendered ending, the top next tokens, the options' mass, the continuation."""
     if row is None:
@@ -311,17 +315,10 @@ def example_of(row: pd.Series | None) -> WorkedExample | None:
     firsts = list(row["option_first_probs"]) if row["option_first_probs"] is not None else [None] * len(opts)
     ids = list(row["first_token_ids"]) if row["first_token_ids"] is not None else [None] * len(opts)
     return WorkedExample(
-        item_id=row["item_id"],
-        variant=row["variant"],
         ending=row["context_tail"],
         top_tokens=tuple(TopToken(id=t["id"], token=t["token"], prob=t["prob"]) for t in (row["top_tokens"] if row["top_tokens"] is not None else [])),
         options=tuple(ExampleOption(o, None if i is None or (isinstance(i, float) and math.isnan(i)) else int(i), p) for o, i, p in zip(opts, ids, firsts)),
-        option_mass=row["option_mass"],
-        boundary_preserved=row["boundary_preserved"],
-        argmax_token=row["argmax_token"],
-        argmax_class=row["argmax_class"],
-        continuation=row["continuation"],
-        continuation_class=row["continuation_class"],
+        **{k: row[k] for k in SHOWN_COLUMNS},
     )
 
 

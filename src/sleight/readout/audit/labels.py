@@ -169,7 +169,7 @@ def compact_labels(out_dir: Path) -> int:
     return store.compact(Path(out_dir) / LABELS_DIR, LABEL_SCHEMA, LABEL_KEY)
 
 
-def check_label(row: Mapping[str, Any], offered: Mapping[tuple[str, str], Sequence[str]]) -> Label:
+def check_label(row: Mapping[str, object], offered: Mapping[tuple[str, str], Sequence[str]]) -> Label:
     """One label, checked against the continuations on offer: a one-line error for anything else."""
     item, variant, cls = row.get("item_id"), row.get("variant"), row.get("class")
     if not isinstance(item, str) or not isinstance(variant, str):
@@ -190,7 +190,7 @@ def check_label(row: Mapping[str, Any], offered: Mapping[tuple[str, str], Sequen
     )
 
 
-def save_labels(out_dir: Path, rows: Iterable[Mapping[str, Any]], offered: Mapping[tuple[str, str], Sequence[str]]) -> int:
+def save_labels(out_dir: Path, rows: Iterable[Mapping[str, object]], offered: Mapping[tuple[str, str], Sequence[str]]) -> int:
     """Check and commit labels as one atomic part; returns how many."""
     clean = [check_label(r, offered) for r in rows]
     store.append(Path(out_dir) / LABELS_DIR, LABEL_SCHEMA, clean)
@@ -210,7 +210,7 @@ def export_obj(labels: pd.DataFrame, audit: str) -> LabelsExport:
     return {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "audit": audit, "exported_at": rundir.now(), "labels": rows}
 
 
-def read_export(path: Path) -> list[dict[str, Any]]:
+def read_export(path: Path) -> list[dict[str, object]]:
     """The labels of an exported file (checked against the audit when saved)."""
     path = Path(path)
     obj = read_labels_file(path, what="readout labels file", fmt=EXPORT_FORMAT, writer="--export writes")
@@ -306,7 +306,8 @@ def judge_tables(out_dir: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | Non
     out_dir = Path(out_dir)
     if not (out_dir / JURY_META).is_file() or not (out_dir / VERDICTS).is_file():
         return None, None, []
-    jury = [str(j) for j in rundir.read_json(out_dir / JURY_META).get("jury") or []]
+    listed = rundir.read_json(out_dir / JURY_META).get("jury")
+    jury = [str(j) for j in listed] if isinstance(listed, list) else []
     return load_judgements(out_dir), pd.read_parquet(out_dir / VERDICTS), jury
 
 

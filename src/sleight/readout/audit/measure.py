@@ -4,8 +4,9 @@ The position itself is read once, through :func:`sleight.position.read_positions
 ``read_next`` for every context of a call: option mass in context and isolated, first tokens,
 distinctness, the unrestricted argmax and the top tokens; multi-token options scored to the end).
 One batched greedy decode per item adds the unrestricted continuation. :func:`position_columns`
-turns one reading into the audit's columns, so the downstream pipelines and P(True) record the
-same columns by the same definitions. Nothing here writes files.
+turns one reading into the audit's columns and :func:`option_columns` into the columns every
+instrument's row has (:class:`OptionColumns`, the base of the audit's, the forecast's and P(True)'s
+rows), so they record the same columns by the same definitions. Nothing here writes files.
 """
 
 from __future__ import annotations
@@ -78,15 +79,42 @@ class ContextColumns(TypedDict):
     ends_with_whitespace: bool
 
 
-class Reading(TypedDict):
-    """One row of readings.parquet, one per (item, variant), its keys :data:`SCHEMA`'s columns in
-    order: it goes to the Arrow table (and to the forecast pipeline's rows) as it is. A skipped
-    variant has every measured column None."""
+class PositionColumns(TypedDict):
+    """What one position says about one option set (:func:`position_columns`), by the names every
+    instrument records it under: the options' mass and first tokens in context, the unrestricted
+    argmax and top tokens, the options' full-sequence log-probabilities (None where the boundary is
+    not preserved)."""
 
-    item_id: str
-    variant: str
-    skipped: bool
-    skip_reason: str | None
+    boundary_preserved: bool
+    option_mass: float | None
+    first_token_ids: list[int | None]  # None: an option that encodes to nothing in context
+    first_tokens_distinct: bool | None
+    option_first_probs: list[float | None]
+    argmax_id: int
+    argmax_token: str
+    argmax_prob: float
+    argmax_class: str
+    top_tokens: list[TopToken]  # SCHEMA's TOP_TOKEN_TYPE structs
+    option_logprobs: list[float | None]
+
+
+class MassColumns(TypedDict):
+    """The audit's further readings of an option set's mass (:func:`mass_columns`): isolated,
+    after the options' shared leading tokens, and as an interval."""
+
+    option_mass_isolated: float | None
+    option_mass_divergent: float | None
+    option_mass_low: float | None
+    option_mass_high: float | None
+    isolated_first_token_ids: list[int]
+
+
+class OptionColumns(TypedDict):
+    """The columns every instrument's row has for one option set read at one position
+    (:func:`option_columns`): the rendered context, the options, what the position says about them
+    and the greedy continuation there. The base of the audit's :class:`Reading`, the forecast's and
+    P(True)'s rows; None throughout where nothing was read (:func:`unread_columns`)."""
+
     context: str | None
     context_tail: str | None
     n_context_tokens: int | None
@@ -94,27 +122,45 @@ class Reading(TypedDict):
     options: list[str] | None
     boundary_preserved: bool | None
     option_mass: float | None
-    option_mass_isolated: float | None
-    option_mass_divergent: float | None
-    option_mass_low: float | None
-    option_mass_high: float | None
     first_token_ids: list[int | None] | None
-    isolated_first_token_ids: list[int] | None
     first_tokens_distinct: bool | None
     option_first_probs: list[float | None] | None
     argmax_id: int | None
     argmax_token: str | None
     argmax_prob: float | None
     argmax_class: str | None
-    top_tokens: list[TopToken] | None  # SCHEMA's TOP_TOKEN_TYPE structs
+    top_tokens: list[TopToken] | None
     option_logprobs: list[float | None] | None
-    score: float | None
     continuation: str | None
     continuation_class: str | None
+
+
+class MeasuredColumns(OptionColumns):
+    """What the audit measures of one (item, variant) (:func:`measure`): the option columns, the
+    option mass's other readings, the renormalised score, the continuation's class and the item's
+    target. A skipped variant has every measured column None. The forecast's rows carry these as
+    they are (:class:`sleight.readout.forecast.pipeline.ForecastRow`)."""
+
+    skipped: bool
+    skip_reason: str | None
+    option_mass_isolated: float | None
+    option_mass_divergent: float | None
+    option_mass_low: float | None
+    option_mass_high: float | None
+    isolated_first_token_ids: list[int] | None  # MassColumns', None where skipped
+    score: float | None
     answer_then_grid: bool | None
     grid_anywhere: bool | None
     continuation_on_task: bool | None
     target: float | None
+
+
+class Reading(MeasuredColumns):
+    """One row of readings.parquet, one per (item, variant): its keys are :data:`SCHEMA`'s columns
+    and it goes to the Arrow table as it is (:func:`rows_to_table`)."""
+
+    item_id: str
+    variant: str
 
 
 # -- pure maths ------------------------------------------------------------------------------------
@@ -156,7 +202,7 @@ def divergent_mass(s: OptionSetReading) -> float | None:
 
 
 # -- one reading as the audit's columns --------------------------------------------------------------
-def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetReading, *, letters: Sequence[str]) -> dict[str, Any]:
+def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetReading, *, letters: Sequence[str]) -> PositionColumns:
     """The audit's columns for option set ``s`` read at ``pos`` (the same names everywhere)."""
     first = list(s.first_ids)
     opt_first = {t for t in first if t is not None}
@@ -164,26 +210,51 @@ def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetRea
         opt_first |= {t for t in s.isolated_ids if t is not None}
     arg = pos.argmax_id
     token = model.token_text(arg)
-    return {
-        "boundary_preserved": s.boundary_preserved,
-        "option_mass": s.mass,
-        "option_mass_isolated": s.isolated_mass,
-        "option_mass_divergent": divergent_mass(s),
-        "option_mass_low": s.mass_bounds[0] if s.mass_bounds else None,
-        "option_mass_high": s.mass_bounds[1] if s.mass_bounds else None,
-        "first_token_ids": first,
-        "isolated_first_token_ids": [t for t in s.isolated_ids if t is not None],
-        "first_tokens_distinct": s.distinct if s.boundary_preserved else None,
-        "option_first_probs": [float(np.exp(v)) if v is not None else None for v in s.first_logprobs],
-        "argmax_id": arg,
-        "argmax_token": token,
-        "argmax_prob": float(np.exp(pos.argmax_logprob)),
-        "argmax_class": classify_token(token, is_special=_is_special(model, arg), is_option_first=arg in opt_first, letters=letters),
-        "top_tokens": [
-            {"id": t, "token": model.token_text(t), "prob": float(np.exp(v))} for t, v in zip(pos.top_ids[:TOP_TOKENS], pos.top_logprobs[:TOP_TOKENS])
+    return PositionColumns(
+        boundary_preserved=s.boundary_preserved,
+        option_mass=s.mass,
+        first_token_ids=first,
+        first_tokens_distinct=s.distinct if s.boundary_preserved else None,
+        option_first_probs=[float(np.exp(v)) if v is not None else None for v in s.first_logprobs],
+        argmax_id=arg,
+        argmax_token=token,
+        argmax_prob=float(np.exp(pos.argmax_logprob)),
+        argmax_class=classify_token(token, is_special=_is_special(model, arg), is_option_first=arg in opt_first, letters=letters),
+        top_tokens=[
+            TopToken(id=t, token=model.token_text(t), prob=float(np.exp(v))) for t, v in zip(pos.top_ids[:TOP_TOKENS], pos.top_logprobs[:TOP_TOKENS])
         ],
-        "option_logprobs": list(s.logprobs),
-    }
+        option_logprobs=list(s.logprobs),
+    )
+
+
+def mass_columns(s: OptionSetReading) -> MassColumns:
+    """The audit's further readings of option set ``s``'s mass."""
+    return MassColumns(
+        option_mass_isolated=s.isolated_mass,
+        option_mass_divergent=divergent_mass(s),
+        option_mass_low=s.mass_bounds[0] if s.mass_bounds else None,
+        option_mass_high=s.mass_bounds[1] if s.mass_bounds else None,
+        isolated_first_token_ids=[t for t in s.isolated_ids if t is not None],
+    )
+
+
+def option_columns(
+    context: ContextColumns, options: Sequence[str], pos: PositionColumns, continuation: str | None, continuation_class: str | None
+) -> OptionColumns:
+    """One option set's row columns: the rendered ``context``'s, the ``options``, what the position
+    says about them (:func:`position_columns`) and the continuation there with its class."""
+    return OptionColumns(**context, options=list(options), **pos, continuation=continuation, continuation_class=continuation_class)
+
+
+def unread_columns(options: Sequence[str] | None = None) -> OptionColumns:
+    """The same columns where nothing was read (a skipped variant, a readout without a context):
+    None throughout but the ``options`` given."""
+    return OptionColumns(
+        context=None, context_tail=None, n_context_tokens=None, ends_with_whitespace=None,
+        options=None if options is None else list(options), boundary_preserved=None, option_mass=None, first_token_ids=None,
+        first_tokens_distinct=None, option_first_probs=None, argmax_id=None, argmax_token=None, argmax_prob=None,
+        argmax_class=None, top_tokens=None, option_logprobs=None, continuation=None, continuation_class=None,
+    )
 
 
 def context_columns(text: str, ids: Sequence[int]) -> ContextColumns:
@@ -272,60 +343,31 @@ def measure(
         progress("greedy continuations")
     texts = continuations(model, [r.context_ids for r in readings], _item_groups(live, max(1, rows_per_pass)), max_new_tokens)
 
-    by_id: dict[int, dict[str, Any]] = {}
+    measured: dict[int, MeasuredColumns] = {}
     for p, r, cont in zip(live, readings, texts):
         s = r.option_sets[0]
-        cols: dict[str, Any] = {**context_columns(p.text, r.context_ids), "options": list(p.options)}
-        cols.update(position_columns(model, r, s, letters=p.item.letters))
-        cols["score"] = renormalised_score(cols["option_logprobs"], p.item.options or (), p.item.score_scale)
+        pos = position_columns(model, r, s, letters=p.item.letters)
         c = classify_continuation(cont, options=p.item.options or (), letters=p.item.letters, choices=p.item.choices, echoes=_echoes(p.item))
-        cols.update(
-            continuation=cont,
-            continuation_class=c.cls,
+        measured[id(p)] = MeasuredColumns(
+            **option_columns(context_columns(p.text, r.context_ids), p.options, pos, cont, c.cls),
+            **mass_columns(s),
+            skipped=False,
+            skip_reason=None,
+            score=renormalised_score(pos["option_logprobs"], p.item.options or (), p.item.score_scale),
             answer_then_grid=c.answer_then_grid,
             grid_anywhere=c.grid_anywhere,
             continuation_on_task=c.on_task,
+            target=p.item.target,
         )
-        by_id[id(p)] = cols
-
-    return [_reading(p, by_id.get(id(p), {})) for p in prepared]
+    return [Reading(item_id=p.item.id, variant=p.variant, **(measured[id(p)] if p.skip is None else _skipped(p))) for p in prepared]
 
 
-def _reading(p: Prepared, cols: Mapping[str, Any]) -> Reading:
-    """One (item, variant)'s row: its measured columns ``cols`` (none for a skipped variant)."""
-    return Reading(
-        item_id=p.item.id,
-        variant=p.variant,
-        skipped=p.skip is not None,
-        skip_reason=p.skip,
-        context=cols.get("context"),
-        context_tail=cols.get("context_tail"),
-        n_context_tokens=cols.get("n_context_tokens"),
-        ends_with_whitespace=cols.get("ends_with_whitespace"),
-        options=cols.get("options"),
-        boundary_preserved=cols.get("boundary_preserved"),
-        option_mass=cols.get("option_mass"),
-        option_mass_isolated=cols.get("option_mass_isolated"),
-        option_mass_divergent=cols.get("option_mass_divergent"),
-        option_mass_low=cols.get("option_mass_low"),
-        option_mass_high=cols.get("option_mass_high"),
-        first_token_ids=cols.get("first_token_ids"),
-        isolated_first_token_ids=cols.get("isolated_first_token_ids"),
-        first_tokens_distinct=cols.get("first_tokens_distinct"),
-        option_first_probs=cols.get("option_first_probs"),
-        argmax_id=cols.get("argmax_id"),
-        argmax_token=cols.get("argmax_token"),
-        argmax_prob=cols.get("argmax_prob"),
-        argmax_class=cols.get("argmax_class"),
-        top_tokens=cols.get("top_tokens"),
-        option_logprobs=cols.get("option_logprobs"),
-        score=cols.get("score"),
-        continuation=cols.get("continuation"),
-        continuation_class=cols.get("continuation_class"),
-        answer_then_grid=cols.get("answer_then_grid"),
-        grid_anywhere=cols.get("grid_anywhere"),
-        continuation_on_task=cols.get("continuation_on_task"),
-        target=p.item.target,
+def _skipped(p: Prepared) -> MeasuredColumns:
+    """A skipped variant's columns: why it was skipped, the item's target, every measured column None."""
+    return MeasuredColumns(
+        **unread_columns(), skipped=True, skip_reason=p.skip, option_mass_isolated=None, option_mass_divergent=None,
+        option_mass_low=None, option_mass_high=None, isolated_first_token_ids=None, score=None, answer_then_grid=None,
+        grid_anywhere=None, continuation_on_task=None, target=p.item.target,
     )
 
 

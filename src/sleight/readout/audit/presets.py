@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from sleight.errors import UserError
 from sleight.readout.audit.items import AuditItem
@@ -240,8 +240,8 @@ PRESET_FIXTURES = {"forecast": "race_items.jsonl", "ptrue": "qa_items.jsonl", "g
 PRESETS: dict[str, Callable[..., list[AuditItem]]] = {"forecast": forecast_items, "ptrue": ptrue_items, "grade": grade_items}
 
 
-def load_fixture(name: str) -> list[dict[str, Any]]:
-    """A shipped fixture file (``race_items.jsonl`` ...) as a list of records."""
+def load_fixture(name: str) -> list[dict[str, object]]:
+    """A shipped fixture file (``race_items.jsonl`` ...) as a list of records (the preset checks their fields)."""
     path = resources.files("sleight").joinpath("data").joinpath("fixtures").joinpath(name)
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -265,9 +265,16 @@ def preset_items(
     return PRESETS[name](recs)
 
 
-def preset_defaults(name: str) -> dict[str, Any]:
+class PresetDefaults(TypedDict):
+    """What a preset implies for the run: its options and the stem they are read after."""
+
+    options: tuple[str, ...]
+    stem: str | None
+
+
+def preset_defaults(name: str) -> PresetDefaults:
     """Run-level defaults a preset implies (options, stem)."""
-    defaults: dict[str, dict[str, Any]] = {
+    defaults: dict[str, PresetDefaults] = {
         "forecast": {"options": FORECAST_OPTIONS, "stem": FORECAST_STEM},
         "ptrue": {"options": ("True", "False"), "stem": None},
         "grade": {"options": GRADE_OPTIONS, "stem": None},

@@ -20,10 +20,10 @@ resumed run measures exactly the batches of an uninterrupted one.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -58,7 +58,7 @@ class AuditConfig:
     chunk_items: int = 1
     n_items: int = 0
 
-    def readings_key(self) -> dict[str, Any]:
+    def readings_key(self) -> dict[str, object]:
         d = asdict(self)
         for k in ("floor", "rows_per_pass", "chunk_items", "n_items", "source"):
             d.pop(k)
@@ -96,7 +96,7 @@ def run_config(items: Sequence[AuditItem], config: AuditConfig) -> AuditRunConfi
     )
 
 
-def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: dict[str, Any]) -> str:
+def fingerprint(items: Sequence[AuditItem], config: AuditConfig, model_info: Mapping[str, object]) -> str:
     """Hash of what determines the readings: items, options, stem, variants, budget, model."""
     return rundir.fingerprint(run_config(items, config), model_info, IDENTITY_KEYS)
 

@@ -19,18 +19,20 @@ Lettered records (``hf:race``, ``hf:mmlu``) used with ``--preset ptrue`` become 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sleight.errors import UserError
 from sleight.readout.audit.items import load_csv_records
+from sleight.readout.data.records import PtruePair
 from sleight.readout.items import load_jsonl_records
 
 LETTERS = "ABCD"
 
 
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """Records from a local JSONL or CSV file (malformed lines named by number)."""
+def load_records(path: str | Path) -> list[dict[str, object]]:
+    """Records from a local JSONL or CSV file (malformed lines named by number), as their columns came."""
     p = Path(path)
     pairs = load_csv_records(p) if p.suffix.lower() == ".csv" else load_jsonl_records(p)
     return [dict(rec) for rec, _ in pairs]
@@ -49,15 +51,25 @@ def _load_dataset(name: str, config: str | None, split: str):
         raise UserError(f"could not load dataset '{name}' ({config or 'default'}, {split}) from the local cache: {str(exc).splitlines()[0]}") from None
 
 
-def race_records(rows: Any, prefix: str = "race") -> list[dict[str, Any]]:
+class ForecastRecord(TypedDict):
+    """A RACE-style record of the ``forecast`` fixture format (``hf:race``, and ``hf:mmlu`` with no passage)."""
+
+    id: str
+    passage: str
+    question: str
+    choices: list[str]
+    answer: str
+
+
+def race_records(rows: Any, prefix: str = "race") -> list[ForecastRecord]:
     """RACE rows (``article, question, options, answer``) as forecast records."""
-    out = []
+    out: list[ForecastRecord] = []
     for k, r in enumerate(rows):
         out.append({"id": f"{prefix}-{r.get('example_id', k)}-{k}", "passage": r["article"], "question": r["question"], "choices": list(r["options"]), "answer": r["answer"]})
     return out
 
 
-def mmlu_records(rows: Any) -> list[dict[str, Any]]:
+def mmlu_records(rows: Any) -> list[ForecastRecord]:
     """MMLU rows (``question, choices, answer`` index) as forecast records with no passage."""
     return [
         {"id": f"mmlu-{r.get('subject', 'x')}-{k}", "passage": "", "question": r["question"], "choices": list(r["choices"]), "answer": LETTERS[int(r["answer"])]}
@@ -65,10 +77,10 @@ def mmlu_records(rows: Any) -> list[dict[str, Any]]:
     ]
 
 
-def triviaqa_records(rows: Any) -> list[dict[str, Any]]:
+def triviaqa_records(rows: Any) -> list[PtruePair]:
     """TriviaQA rows as ptrue records; the "wrong" answer is the next question's answer."""
     rows = list(rows)
-    out = []
+    out: list[PtruePair] = []
     for k, r in enumerate(rows):
         ans = r["answer"]
         nxt = rows[(k + 1) % len(rows)]["answer"]["value"] if len(rows) > 1 else None
@@ -76,12 +88,12 @@ def triviaqa_records(rows: Any) -> list[dict[str, Any]]:
     return out
 
 
-def load_source(spec: str, limit: int | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+def load_source(spec: str, limit: int | None = None, preset: str | None = None) -> Sequence[Mapping[str, object]]:
     """Records for ``--data`` (see the module docstring), for ``preset``'s use."""
     return load_source_described(spec, limit, preset)[0]
 
 
-def load_source_described(spec: str, limit: int | None = None, preset: str | None = None) -> tuple[list[dict[str, Any]], str]:
+def load_source_described(spec: str, limit: int | None = None, preset: str | None = None) -> tuple[Sequence[Mapping[str, object]], str]:
     """The records of ``--data`` for ``preset`` (None: audit items) and a one-line description of
     where they came from (a data spec's revision or file sha256)."""
     from sleight.readout.data import is_data_spec, load_data
@@ -93,11 +105,11 @@ def load_source_described(spec: str, limit: int | None = None, preset: str | Non
     if preset == "ptrue" and recs and "choices" in recs[0] and "answers" not in recs[0]:
         from sleight.readout.data.common import lettered_ptrue_records
 
-        recs = lettered_ptrue_records(recs)
+        return lettered_ptrue_records(recs), spec
     return recs, spec
 
 
-def _load_source(spec: str, limit: int | None = None) -> list[dict[str, Any]]:
+def _load_source(spec: str, limit: int | None = None) -> Sequence[Mapping[str, object]]:
     if spec.startswith("hf:"):
         name, _, arg = spec[3:].partition(":")
         split_expr = lambda s: f"{s}[:{limit}]" if limit else s  # noqa: E731

@@ -18,46 +18,53 @@ audit preset's question/answer pairs), ``grade`` and ``mcq`` (audit items). ``hf
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 from sleight.errors import UserError
 from sleight.readout.data.common import DataSet, Spec, parse_spec
+from sleight.readout.data.records import MmluProRecord, MmluRecord, SampledRaceRecord, SummEvalRecord, TriviaQARecord
+from sleight.readout.items import QAItem, RaceItem
 
-__all__ = ["FAMILIES", "DataSet", "is_data_spec", "load_data", "load_questions", "qa_items", "race_items"]
+__all__ = ["FAMILIES", "DataSet", "FamilyDataSet", "is_data_spec", "load_data", "load_questions", "qa_items", "race_items"]
+
+FamilyDataSet: TypeAlias = (
+    DataSet[SampledRaceRecord] | DataSet[MmluRecord] | DataSet[TriviaQARecord] | DataSet[MmluProRecord] | DataSet[SummEvalRecord]
+)
+"""What a load gives: one family's records (:mod:`.records`), provenance and views."""
 
 
 # Each family's loader imports its module on first use (plain imports, which the architecture test reads).
-def _race(spec: Spec) -> DataSet:
+def _race(spec: Spec) -> DataSet[SampledRaceRecord]:
     from sleight.readout.data import race
 
     return race.load(spec)
 
 
-def _mmlu(spec: Spec) -> DataSet:
+def _mmlu(spec: Spec) -> DataSet[MmluRecord]:
     from sleight.readout.data import mmlu
 
     return mmlu.load(spec)
 
 
-def _triviaqa(spec: Spec) -> DataSet:
+def _triviaqa(spec: Spec) -> DataSet[TriviaQARecord]:
     from sleight.readout.data import triviaqa
 
     return triviaqa.load(spec)
 
 
-def _mmlu_pro(spec: Spec) -> DataSet:
+def _mmlu_pro(spec: Spec) -> DataSet[MmluProRecord]:
     from sleight.readout.data import mmlu_pro
 
     return mmlu_pro.load(spec)
 
 
-def _summeval(spec: Spec) -> DataSet:
+def _summeval(spec: Spec) -> DataSet[SummEvalRecord]:
     from sleight.readout.data import summeval
 
     return summeval.load(spec)
 
 
-FAMILIES: dict[str, Callable[[Spec], DataSet]] = {"race-h": _race, "mmlu": _mmlu, "triviaqa": _triviaqa, "mmlu-pro": _mmlu_pro, "summeval": _summeval}
+FAMILIES: dict[str, Callable[[Spec], FamilyDataSet]] = {"race-h": _race, "mmlu": _mmlu, "triviaqa": _triviaqa, "mmlu-pro": _mmlu_pro, "summeval": _summeval}
 
 
 def is_data_spec(text: str | None) -> bool:
@@ -65,13 +72,16 @@ def is_data_spec(text: str | None) -> bool:
     return bool(text) and str(text).partition(":")[0] in FAMILIES and ":" in str(text)
 
 
-def load_data(spec: str) -> DataSet:
+def load_data(spec: str) -> FamilyDataSet:
     """The records and provenance of a ``--data`` spec (no model needed; a bad spec or file is one line)."""
     parsed = parse_spec(spec, tuple(FAMILIES))
     return FAMILIES[parsed.family](parsed)
 
 
-def _unique(items: list[Any], spec: str, limit: int | None) -> list[Any]:
+Item = TypeVar("Item", QAItem, RaceItem)
+
+
+def _unique(items: list[Item], spec: str, limit: int | None) -> list[Item]:
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     seen: set[str] = set()
@@ -84,7 +94,7 @@ def _unique(items: list[Any], spec: str, limit: int | None) -> list[Any]:
     return items[:limit] if limit is not None else items
 
 
-def qa_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
+def qa_items(spec: str, limit: int | None = None) -> tuple[FamilyDataSet, list[QAItem]]:
     """The questions of ``readout ptrue`` / ``readout estimators`` (:class:`~sleight.readout.ptrue.answers.QAItem`)."""
     from sleight.readout.items import qa_item_from_record
 
@@ -93,7 +103,7 @@ def qa_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
     return ds, _unique([qa_item_from_record(r, f"{ds.family} item {k + 1}") for k, r in enumerate(recs)], spec, limit)
 
 
-def race_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]:
+def race_items(spec: str, limit: int | None = None) -> tuple[FamilyDataSet, list[RaceItem]]:
     """The items of ``readout forecast`` (:class:`~sleight.readout.forecast.pipeline.RaceItem`)."""
     from sleight.readout.items import race_item_from_record
 
@@ -102,7 +112,7 @@ def race_items(spec: str, limit: int | None = None) -> tuple[DataSet, list[Any]]
     return ds, _unique([race_item_from_record(r, f"{ds.family} item {k + 1}") for k, r in enumerate(recs)], spec, limit)
 
 
-def load_questions(items: str | None, data: str | None, limit: int | None = None) -> list[Any]:
+def load_questions(items: str | None, data: str | None, limit: int | None = None) -> list[QAItem]:
     """``--items FILE`` (default: the shipped ``qa_items.jsonl``) or ``--data SPEC``: the questions of
     ``readout estimators``."""
     if items and data:

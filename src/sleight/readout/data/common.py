@@ -11,7 +11,7 @@ A spec is ``FAMILY:WHERE[:key=value]...``:
   (through the optional ``datasets`` package, only when it is importable and ``HF_HUB_OFFLINE`` is not set);
 * ``key=value``: the family's own parameters (``n=``, ``seed=``, ``variant=`` ...), validated by the family.
 
-Every load returns a :class:`DataSet`: the family's records and a provenance dictionary (the source
+Every load returns a :class:`DataSet`: the family's records (:mod:`.records`) and a provenance dictionary (the source
 kind, the dataset id, config, split, the revision where it is known, each file read with its sha256,
 and the rule's parameters), which the readout commands write into their run directories.
 """
@@ -25,9 +25,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Generic, TypedDict, TypeVar
 
 from sleight.errors import UserError
+from sleight.readout.data.records import PtruePair, UseRecord
 from sleight.readout.items import jsonl_objects
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
@@ -123,9 +124,9 @@ def sha256_file(path: Path) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def read_table(path: str | Path) -> list[dict[str, Any]]:
+def read_table(path: str | Path) -> list[dict[str, object]]:
     """Rows of one file as dictionaries, columns as the hub stores them (nested lists and structs
-    kept): Parquet, Arrow (the ``datasets`` cache's stream files), JSON Lines, JSON (a list of rows,
+    kept; each family checks the cells it reads, :func:`text` ...): Parquet, Arrow (the ``datasets`` cache's stream files), JSON Lines, JSON (a list of rows,
     or ``{"data": [...]}``, or a column dictionary) or CSV (cells that hold JSON lists/objects decoded)."""
     p = Path(path)
     if not p.is_file():
@@ -170,14 +171,14 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
     return [rec for rec, _ in jsonl_objects(text, p.name)]
 
 
-def _read_csv(p: Path) -> list[dict[str, Any]]:
+def _read_csv(p: Path) -> list[dict[str, object]]:
     import csv
     import io
 
     rows = []
     with io.StringIO(p.read_text(encoding="utf-8"), newline="") as f:
         for row in csv.DictReader(f):
-            rec: dict[str, Any] = {}
+            rec: dict[str, object] = {}
             for key, cell in row.items():
                 if cell is not None and re.match(r"^\s*[\[{]", cell):
                     try:
@@ -188,6 +189,42 @@ def _read_csv(p: Path) -> list[dict[str, Any]]:
                 rec[key] = cell
             rows.append(rec)
     return rows
+
+
+def _cell(row: Mapping[str, object], key: str, where: str, what: str) -> str:
+    return f"{where}: column '{key}' must be {what}, got {type(row.get(key)).__name__}"
+
+
+def text(row: Mapping[str, object], key: str, where: str) -> str:
+    """A row's string cell (``where`` names the row in the one-line error otherwise)."""
+    value = row.get(key)
+    if not isinstance(value, str):
+        raise UserError(_cell(row, key, where, "a string"))
+    return value
+
+
+def cells(row: Mapping[str, object], key: str, where: str) -> list[object]:
+    """A row's list cell (a sequence column, such as RACE's ``options``)."""
+    value = row.get(key)
+    if not isinstance(value, list):
+        raise UserError(_cell(row, key, where, "a list"))
+    return value
+
+
+def texts(row: Mapping[str, object], key: str, where: str) -> list[str]:
+    """A row's list-of-strings cell."""
+    value = cells(row, key, where)
+    if not all(isinstance(v, str) for v in value):
+        raise UserError(_cell(row, key, where, "a list of strings"))
+    return [str(v) for v in value]
+
+
+def struct(row: Mapping[str, object], key: str, where: str) -> Mapping[str, object]:
+    """A row's struct cell (an object, such as TriviaQA's ``answer``)."""
+    value = row.get(key)
+    if not isinstance(value, dict):
+        raise UserError(_cell(row, key, where, "an object"))
+    return value
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,7 +274,7 @@ class Provenance(_Provenance, total=False):
 class Loaded:
     """A split's rows and where they came from."""
 
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, object]]  # the hub's columns, as read (:func:`read_table`)
     source: str  # file | cache | hub
     files: list[FileDigest]
     revision: str | None
@@ -310,7 +347,7 @@ def load_split(spec: Spec, hub: HubSplit, *, split: str | None = None, where: st
         files = find_split_files(path, hub.config, split)
         if not files:
             raise UserError(f"{path}: no '{split}' file for {hub.dataset} ({hub.config or 'default'}) here; pass the file, e.g. {target.file_hint()}")
-        rows: list[dict[str, Any]] = []
+        rows: list[dict[str, object]] = []
         for f in files:
             rows.extend(read_table(f))
         return Loaded(rows, "cache", [{"path": str(f), "sha256": sha256_file(f)} for f in files], revision_from_path(files[0]))
@@ -349,19 +386,23 @@ def _from_hub(spec: Spec, hub: HubSplit, revision: str | None) -> Loaded:
 # ------------------------------------------------------------------------------------------------
 
 
+R = TypeVar("R", bound=Mapping[str, object])  # a family's record (sleight.readout.data.records)
+View = Callable[[Sequence[R]], Sequence[UseRecord]]  # a use's records from a family's
+
+
 @dataclass
-class DataSet:
-    """A family's records (in the family's canonical fields) and their provenance.
+class DataSet(Generic[R]):
+    """A family's records (in the family's canonical fields, :mod:`.records`) and their provenance.
 
     ``views`` maps a use (``forecast``, ``ptrue``, ``qa``, ``grade``, ``mcq``) to a function from the
     records to that use's records; :meth:`view` refuses a use the family has no data for, in one line."""
 
     family: str
-    records: list[dict[str, Any]]
+    records: list[R]
     provenance: Provenance
-    views: Mapping[str, Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]] = field(default_factory=dict)
+    views: Mapping[str, View[R]] = field(default_factory=dict)
 
-    def view(self, use: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def view(self, use: str, limit: int | None = None) -> Sequence[UseRecord]:
         """The records for ``use`` (the first ``limit`` of the family's order)."""
         if use not in self.views:
             raise UserError(f"{self.family} data has no records for {use} (it serves: {', '.join(self.views) or 'nothing'})")
@@ -377,7 +418,7 @@ class DataSet:
         return f"{p.get('spec', self.family)} ({pin}; {len(self.records)} items)"
 
 
-def lettered_ptrue_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def lettered_ptrue_records(records: Sequence[Mapping[str, object]]) -> list[PtruePair]:
     """Lettered records (``id, question, choices[4], answer`` letter, optional ``passage``/``input``/
     ``instruction``) as P(True) preset records (``id, question, answers, wrong, instruction``): the
     question quoted is the text the model answers (:attr:`sleight.readout.ptrue.answers.QAItem.prompt`),
@@ -393,7 +434,7 @@ def lettered_ptrue_records(records: Sequence[Mapping[str, Any]]) -> list[dict[st
         item = qa_item_from_record(rec, f"record {k + 1}")
         assert item.choices is not None and item.gold_letter is not None
         wrong = printed_wrong_letter(item.id, item.gold_letter)
-        pair = {"id": item.id, "question": item.prompt, "answers": [item.gold_letter], "wrong": wrong}
+        pair: PtruePair = {"id": item.id, "question": item.prompt, "answers": [item.gold_letter], "wrong": wrong}
         if item.instruction_text is not None:
             pair["instruction"] = item.instruction_text
         out.append(pair)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
@@ -49,13 +49,16 @@ from sleight.readout.data.common import (
     HubSplit,
     Provenance,
     Spec,
+    cells,
     check_params,
     choice_param,
     fewshot_where,
     int_param,
     lettered_ptrue_records,
     load_split,
+    text,
 )
+from sleight.readout.data.records import LetteredQuestion, McqRecord, MmluProRecord, MmluRecord
 
 HUB = HubSplit("cais/mmlu", "all", "test", "c30699e8356da336a370243923dbaf21066bb9fe")
 FEWSHOT_SPLIT = "dev"
@@ -79,12 +82,12 @@ FEWSHOT_END = "Now answer the following question in the same format:\n\n"
 VARIANTS = tuple(DESCRIPTIONS)
 
 
-def polygraph_inputs(test_rows: Sequence[Mapping[str, Any]], dev_rows: Sequence[Mapping[str, Any]], variant: str = "simple_instruct") -> list[dict[str, Any]]:
+def polygraph_inputs(test_rows: Sequence[Mapping[str, object]], dev_rows: Sequence[Mapping[str, object]], variant: str = "simple_instruct") -> list[MmluRecord]:
     """lm-polygraph's MMLU rows rebuilt from ``cais/mmlu`` rows (see the module docstring), in its order."""
     rng = np.random.RandomState(SEED)  # the global state np.random.seed(SEED) sets
     subjects = np.array([r["subject"] for r in test_rows])
     dev_subjects = np.array([r["subject"] for r in dev_rows])
-    out = []
+    out: list[MmluRecord] = []
     for subject in np.unique(subjects):
         description = DESCRIPTIONS[variant].format(subject=str(subject).replace("_", " "))
         shots = [dev_rows[int(i)] for i in np.argwhere(dev_subjects == subject).flatten()]
@@ -92,49 +95,66 @@ def polygraph_inputs(test_rows: Sequence[Mapping[str, Any]], dev_rows: Sequence[
             raise UserError(f"mmlu: subject '{subject}' has {len(shots)} dev rows; lm-polygraph draws {N_SHOT} few-shot examples per subject")
         picked = [shots[int(i)] for i in rng.choice(len(shots), N_SHOT, replace=False)]
         if variant == "simple_instruct":
-            block = FEWSHOT_LEAD + "".join(_prompt(s, LETTERS[int(s["answer"])]) + "\n\n" for s in picked) + FEWSHOT_END
+            block = FEWSHOT_LEAD + "".join(_prompt(s, _gold(s)) + "\n\n" for s in picked) + FEWSHOT_END
         else:
-            block = "".join(_prompt(s, LETTERS[int(s["answer"])]) + "\n" for s in picked)
+            block = "".join(_prompt(s, _gold(s)) + "\n" for s in picked)
         rows = [(int(i), test_rows[int(i)]) for i in np.argwhere(subjects == subject).flatten()][:MAX_SUBJECT_SIZE]
         for index, r in rows:
             out.append({
                 "id": f"mmlu-{subject}-{index}", "input": description + "\n\n" + block + _prompt(r, ""),
-                "question": r["question"].strip(), "choices": [str(c) for c in r["choices"]], "answer": LETTERS[int(r["answer"])],
+                "question": text(r, "question", _where(r)).strip(), "choices": [str(c) for c in cells(r, "choices", _where(r))], "answer": _gold(r),
                 "subject": str(subject), "instruction": description, "source_index": index,
             })
     return out
 
 
-def _prompt(row: Mapping[str, Any], answer: str) -> str:
-    choices = list(row["choices"])
+def _where(row: Mapping[str, object]) -> str:
+    return f"mmlu: a row of subject '{row.get('subject')}'"
+
+
+def _gold(row: Mapping[str, object]) -> str:
+    """cais/mmlu's ``answer`` (the gold choice's index) as its letter."""
+    answer = row.get("answer")
+    if not isinstance(answer, (int, float, str)):
+        raise UserError(f"{_where(row)}: column 'answer' must be the gold choice's index, got {type(answer).__name__}")
+    return LETTERS[int(answer)]
+
+
+def _prompt(row: Mapping[str, object], answer: str) -> str:
+    choices = cells(row, "choices", _where(row))
     if len(choices) != 4:
-        raise UserError(f"mmlu: a row of subject '{row.get('subject')}' has {len(choices)} choices (cais/mmlu has 4)")
-    return ITEM_PROMPT.format(question=row["question"].strip(), choices=choices, answer=answer)
+        raise UserError(f"{_where(row)} has {len(choices)} choices (cais/mmlu has 4)")
+    return ITEM_PROMPT.format(question=text(row, "question", _where(row)).strip(), choices=choices, answer=answer)
 
 
 _STRIPPED = re.compile(r"\AQ: (?P<q>.*?)\n\n(?P<block>A\. .*)\n\nA:\Z", re.DOTALL)
 
 
-def prebuilt_records(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def prebuilt_records(rows: Sequence[Mapping[str, object]]) -> list[MmluRecord]:
     """Rows of ``LM-Polygraph/mmlu`` (``input, output, stripped_input``) as records: the question and
     choices read back from ``stripped_input`` (``builders/stripped_formatters.py`` ``mcqa_stripped``)."""
-    out = []
+    out: list[MmluRecord] = []
     for k, r in enumerate(rows):
-        m = _STRIPPED.match(r.get("stripped_input") or "")
-        if not m or r.get("output") not in LETTERS:
+        stripped, output = r.get("stripped_input"), r.get("output")
+        m = _STRIPPED.match(stripped) if isinstance(stripped, str) else None
+        if not m or not isinstance(output, str) or output not in LETTERS:
             raise UserError(f"mmlu row {k + 1}: expected LM-Polygraph/mmlu's input, output (a letter) and stripped_input columns")
         choices = re.split(r"\n(?=[B-D]\. )", m["block"])
         if len(choices) != 4:
             raise UserError(f"mmlu row {k + 1}: stripped_input does not hold four lettered choices")
-        first = r["input"].split("\n\n", 1)[0]
+        given = text(r, "input", f"mmlu row {k + 1}")
+        first = given.split("\n\n", 1)[0]
         out.append({
-            "id": f"mmlu-{k}", "input": r["input"], "question": m["q"], "choices": [c[3:] for c in choices], "answer": r["output"],
+            "id": f"mmlu-{k}", "input": given, "question": m["q"], "choices": [c[3:] for c in choices], "answer": output,
             "instruction": first, "source_index": k,
         })
     return out
 
 
-def polygraph_subsample(records: list[dict[str, Any]], size: int | None, seed: int) -> list[dict[str, Any]]:
+T = TypeVar("T")
+
+
+def polygraph_subsample(records: list[T], size: int | None, seed: int) -> list[T]:
     """``Dataset.subsample(size, seed)`` (``utils/dataset.py`` 119-134); ``None`` keeps every row (-1)."""
     if size is None:
         return records
@@ -174,14 +194,14 @@ def load(spec: Spec) -> DataSet:
     return DataSet("mmlu", records, prov, {"qa": _qa, "ptrue": lettered_ptrue_records, "mcq": mcq_records})
 
 
-def _qa(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: r[k] for k in ("id", "question", "choices", "answer", "input", "instruction")} for r in records]
+def _qa(records: Sequence[MmluRecord]) -> list[LetteredQuestion]:
+    return [{"id": r["id"], "question": r["question"], "choices": r["choices"], "answer": r["answer"], "input": r["input"], "instruction": r["instruction"]} for r in records]
 
 
-def mcq_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def mcq_records(records: Sequence[MmluRecord | MmluProRecord]) -> list[McqRecord]:
     """Audit items (the ``--items`` record format): the record's ``input`` as the prompt, options the
     letters, its description line as the quoted instruction and its lettered choices as the block."""
-    out = []
+    out: list[McqRecord] = []
     for r in records:
         letters = [chr(ord("A") + k) for k in range(len(r["choices"]))]
         block = "\n".join(f"{x}. {c}" for x, c in zip(letters, r["choices"]))

@@ -13,11 +13,11 @@ and D"; MMLU-Pro's own evaluation prompt asks for a chain of thought and a final
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Provenance, Spec, check_params, int_param, load_split
+from sleight.readout.data.common import DataSet, HubSplit, Provenance, Spec, cells, check_params, int_param, load_split
 from sleight.readout.data.mmlu import mcq_records
+from sleight.readout.data.records import MmluProRecord
 
 HUB = HubSplit("TIGER-Lab/MMLU-Pro", None, "test", "b189ec765aa7ed75c8acfea42df31fdae71f97be")
 LETTERS = tuple("ABCDEFGHIJ")
@@ -34,19 +34,20 @@ def _words(letters: Sequence[str], last: str) -> str:
 _COUNTS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
 
 
-def mmlu_pro_records(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def mmlu_pro_records(rows: Sequence[Mapping[str, object]]) -> list[MmluProRecord]:
     """Hub rows -> records with the quoted prompt (``input``) and its instruction line."""
-    out = []
+    out: list[MmluProRecord] = []
     for k, r in enumerate(rows):
-        options = [str(o) for o in (r.get("options") or [])]
-        if not 2 <= len(options) <= len(LETTERS) or r.get("answer") not in LETTERS[: len(options)]:
+        options = [str(o) for o in (cells(r, "options", f"mmlu-pro row {k + 1}") if r.get("options") else [])]
+        answer = r.get("answer")
+        if not 2 <= len(options) <= len(LETTERS) or not isinstance(answer, str) or answer not in LETTERS[: len(options)]:
             raise UserError(f"mmlu-pro row {k + 1}: needs 2-10 options and an answer letter among them (TIGER-Lab/MMLU-Pro's columns)")
         letters = LETTERS[: len(options)]
         category = str(r.get("category") or "general knowledge")
         instruction = DESCRIPTION.format(subject=category, count=_COUNTS[len(options)], listed=_words(letters, "and"), either=_words(letters, "or"))
         block = "\n".join(f"{x}. {o}" for x, o in zip(letters, options))
         out.append({
-            "id": f"mmlu-pro-{r.get('question_id', k)}", "question": str(r["question"]).strip(), "choices": options, "answer": r["answer"],
+            "id": f"mmlu-pro-{r.get('question_id', k)}", "question": str(r["question"]).strip(), "choices": options, "answer": answer,
             "category": category, "input": f"{instruction}\n\nQ:{str(r['question']).strip()}\n{block}\nAnswer:", "instruction": instruction, "source_index": k,
         })
     return out

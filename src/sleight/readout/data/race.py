@@ -31,10 +31,23 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from sleight.errors import UserError
-from sleight.readout.data.common import DataSet, HubSplit, Loaded, Provenance, Spec, check_params, int_param, load_split
+from sleight.readout.data.common import (
+    DataSet,
+    HubSplit,
+    Loaded,
+    Provenance,
+    Spec,
+    View,
+    cells,
+    check_params,
+    int_param,
+    load_split,
+    text,
+)
+from sleight.readout.data.records import RaceRecord, SampledRaceRecord
 
 HUB = HubSplit("ehovy/race", "high", "test", "2fec9fd81f1dc971569a9b729c43f2f0e6436637")
 REVISION = HUB.revision
@@ -51,25 +64,29 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def race_rows_to_records(rows: Sequence[Mapping[str, Any]], split: str = "test") -> list[dict[str, Any]]:
+def race_rows_to_records(rows: Sequence[Mapping[str, object]], split: str = "test") -> list[RaceRecord]:
     """Hub rows of one split -> forecast records (``id, passage, question, choices, answer``) with
     their split and row index."""
-    out = []
+    out: list[RaceRecord] = []
     per_passage: dict[str, int] = {}
     prefix = "" if split == "test" else f"{split}/"
     for k, r in enumerate(rows):
+        where = f"race {split} row {k + 1}"
         for key in ("article", "question", "options", "answer"):
             if key not in r:
-                raise UserError(f"race {split} row {k + 1}: missing column '{key}' (expected ehovy/race's example_id, article, question, options, answer)")
-        options = list(r["options"])
-        if len(options) != 4 or r["answer"] not in LETTERS:
-            raise UserError(f"race {split} row {k + 1}: needs 4 options and an answer letter A-D")
+                raise UserError(f"{where}: missing column '{key}' (expected ehovy/race's example_id, article, question, options, answer)")
+        options = cells(r, "options", where)
+        answer = r["answer"]
+        if len(options) != 4 or not isinstance(answer, str) or answer not in LETTERS:
+            raise UserError(f"{where}: needs 4 options and an answer letter A-D")
+        if not all(isinstance(o, str) for o in options):
+            raise UserError(f"{where}: the options must be strings")
         ex = str(r.get("example_id") or f"row{k}")
         q = per_passage.get(ex, 0)
         per_passage[ex] = q + 1
         out.append({
-            "id": f"{prefix}{ex}:{q}", "passage": r["article"], "question": r["question"], "choices": options, "answer": r["answer"],
-            "example_id": ex, "split": split, "source_index": k,
+            "id": f"{prefix}{ex}:{q}", "passage": text(r, "article", where), "question": text(r, "question", where), "choices": [str(o) for o in options],
+            "answer": answer, "example_id": ex, "split": split, "source_index": k,
         })
     return out
 
@@ -78,34 +95,42 @@ def passage_md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
-def passage_groups(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+class PassageGroup(TypedDict):
+    """One passage of A.1's grouping: its MD5, its first ``example_id``, the text, its questions."""
+
+    md5: str
+    passage_id: str
+    passage: str
+    questions: list[RaceRecord]
+
+
+def passage_groups(records: Sequence[RaceRecord]) -> list[PassageGroup]:
     """A.1's grouping: records (test, validation, train, in stored order) grouped by the MD5 of the
     UTF-8 passage, each group at its first occurrence's position with its questions in encounter
-    order. A group: ``md5``, ``passage_id`` (the first ``example_id``), ``passage``, ``questions``."""
-    groups: dict[str, dict[str, Any]] = {}
+    order."""
+    groups: dict[str, PassageGroup] = {}
     for r in records:
         h = passage_md5(r["passage"])
         g = groups.get(h)
         if g is None:
-            g = groups[h] = {"md5": h, "passage_id": r.get("example_id"), "passage": r["passage"], "questions": []}
-        g["questions"].append(dict(r))
+            g = groups[h] = {"md5": h, "passage_id": r["example_id"], "passage": r["passage"], "questions": []}
+        g["questions"].append(r.copy())
     return list(groups.values())
 
 
 def paper_sample(
-    records: Sequence[Mapping[str, Any]], n: int | None, seed: int = DEFAULT_SEED, min_words: int = MIN_WORDS, passages: int = PAPER_PASSAGES
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    records: Sequence[RaceRecord], n: int | None, seed: int = DEFAULT_SEED, min_words: int = MIN_WORDS, passages: int = PAPER_PASSAGES
+) -> tuple[list[SampledRaceRecord], dict[str, int]]:
     """A.1's draw over RACE records in reading order (see the module docstring): the first ``n`` of
     the one list, and the counts at each step."""
     groups = passage_groups(records)
     pool = [g for g in groups if word_count(g["passage"]) >= min_words]
     rng = random.Random(seed)
     rng.shuffle(pool)
-    listed = []
+    listed: list[SampledRaceRecord] = []
     for g in pool[:passages]:
-        q = dict(rng.choice(g["questions"]))
-        q.update(passage_id=g["passage_id"], passage_md5=g["md5"])
-        listed.append(q)
+        q = rng.choice(g["questions"])
+        listed.append({**q, "passage_id": g["passage_id"], "passage_md5": g["md5"]})
     drawn = listed if n is None else listed[:n]
     return drawn, {"rows": len(records), "passages": len(groups), "long_enough": len(pool), "listed": len(listed), "drawn": len(drawn)}
 
@@ -148,9 +173,9 @@ def load(spec: Spec) -> DataSet:
         },
         "counts": counts,
     }
-    views = {"forecast": _forecast, "qa": _forecast, "ptrue": lettered_ptrue_records}
+    views: dict[str, View[SampledRaceRecord]] = {"forecast": _forecast, "qa": _forecast, "ptrue": lettered_ptrue_records}
     return DataSet("race-h", drawn, prov, views)
 
 
-def _forecast(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(r) for r in records]
+def _forecast(records: Sequence[SampledRaceRecord]) -> list[SampledRaceRecord]:
+    return [r.copy() for r in records]

@@ -14,27 +14,35 @@ Each (article, machine summary) becomes one record, ``<id>:<k>`` with ``k`` the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sleight.errors import UserError
 from sleight.readout.data.common import DataSet, HubSplit, Provenance, Spec, check_params, choice_param, int_param, load_split
+from sleight.readout.data.records import SummEvalRecord
 
 HUB = HubSplit("mteb/summeval", None, "test", "2cdabb83bf207713f8871b57de188e17773b2bd3")
 DIMENSIONS = ("coherence", "consistency", "fluency", "relevance")
 
 
-def summeval_records(rows: Sequence[Mapping[str, Any]], dim: str = "consistency") -> list[dict[str, Any]]:
-    out = []
+def summeval_records(rows: Sequence[Mapping[str, object]], dim: str = "consistency") -> list[SummEvalRecord]:
+    out: list[SummEvalRecord] = []
     for k, r in enumerate(rows):
-        summaries = r.get("machine_summaries")
-        if not isinstance(r.get("text"), str) or not isinstance(summaries, list):
+        source, summaries = r.get("text"), r.get("machine_summaries")
+        if not isinstance(source, str) or not isinstance(summaries, list) or not all(isinstance(s, str) for s in summaries):
             raise UserError(f"summeval row {k + 1}: expected mteb/summeval's id, text, machine_summaries and the four grade columns")
+        columns: dict[str, list[float]] = {}
         for d in DIMENSIONS:
-            if not isinstance(r.get(d), list) or len(r[d]) != len(summaries):
+            grades = r.get(d)
+            if not isinstance(grades, list) or len(grades) != len(summaries):
                 raise UserError(f"summeval row {k + 1}: '{d}' must list one grade per machine summary")
+            if not all(isinstance(g, (int, float, str)) for g in grades):
+                raise UserError(f"summeval row {k + 1}: '{d}' must list numbers")
+            columns[d] = [float(g) for g in grades]
         for j, summary in enumerate(summaries):
-            grades = {d: float(r[d][j]) for d in DIMENSIONS}
-            out.append({"id": f"{r.get('id', k)}:{j}", "source": r["text"], "summary": summary, **grades, "human_score": grades[dim], "dimension": dim, "source_index": k})
+            mean = {d: columns[d][j] for d in DIMENSIONS}
+            out.append({
+                "id": f"{r.get('id', k)}:{j}", "source": source, "summary": summary, "coherence": mean["coherence"], "consistency": mean["consistency"],
+                "fluency": mean["fluency"], "relevance": mean["relevance"], "human_score": mean[dim], "dimension": dim, "source_index": k,
+            })
     return out
 
 
@@ -50,5 +58,5 @@ def load(spec: Spec) -> DataSet:
     return DataSet("summeval", records, prov, {"grade": _grade})
 
 
-def _grade(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(r) for r in records]
+def _grade(records: Sequence[SummEvalRecord]) -> list[SummEvalRecord]:
+    return [r.copy() for r in records]

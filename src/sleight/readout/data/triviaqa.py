@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -43,8 +42,12 @@ from sleight.readout.data.common import (
     Spec,
     fewshot_where,
     load_split,
+    struct,
+    text,
+    texts,
 )
 from sleight.readout.data.mmlu import polygraph_params, polygraph_subsample
+from sleight.readout.data.records import PtruePair, TriviaQARecord
 
 HUB = HubSplit("mandarjoshi/trivia_qa", "rc.nocontext", "validation", None)
 FEWSHOT_SPLIT = "train"
@@ -61,34 +64,42 @@ FEWSHOT_END = "Now answer the following question:\n\n"
 VARIANTS = ("simple_instruct", "continuation")
 
 
-def polygraph_inputs(rows: Sequence[Mapping[str, Any]], train_rows: Sequence[Mapping[str, Any]], variant: str = "simple_instruct") -> list[dict[str, Any]]:
+def _shot(row: Mapping[str, object], template: str) -> str:
+    """One few-shot example: the train row's question (stripped) and its answer's ``normalized_value``."""
+    where = "triviaqa few-shot row"
+    return template.format(question=text(row, "question", where).strip(), answer=text(struct(row, "answer", where), "normalized_value", where))
+
+
+def polygraph_inputs(rows: Sequence[Mapping[str, object]], train_rows: Sequence[Mapping[str, object]], variant: str = "simple_instruct") -> list[TriviaQARecord]:
     """lm-polygraph's TriviaQA rows rebuilt from ``rc.nocontext`` rows (see the module docstring)."""
     rng = np.random.RandomState(SEED)
     if len(train_rows) < N_SHOT:
         raise UserError(f"triviaqa: the few-shot split has {len(train_rows)} rows; lm-polygraph draws {N_SHOT}")
     shots = [train_rows[int(i)] for i in rng.choice(len(train_rows), N_SHOT, replace=False)]
     if variant == "simple_instruct":
-        lead = INSTRUCTION + FEWSHOT_LEAD + "".join(
-            INSTRUCT_EXAMPLE.format(question=s["question"].strip(), answer=s["answer"]["normalized_value"]) + "\n\n" for s in shots
-        ) + FEWSHOT_END
+        lead = INSTRUCTION + FEWSHOT_LEAD + "".join(_shot(s, INSTRUCT_EXAMPLE) + "\n\n" for s in shots) + FEWSHOT_END
     else:
-        lead = "".join(CONTINUATION_ITEM.format(question=s["question"].strip(), answer=s["answer"]["normalized_value"]) + "\n" for s in shots)
+        lead = "".join(_shot(s, CONTINUATION_ITEM) + "\n" for s in shots)
     out = []
     for k, r in enumerate(rows):
-        item = INSTRUCT_ITEM.format(question=r["question"]) if variant == "simple_instruct" else CONTINUATION_ITEM.format(question=r["question"], answer="")
-        ans = r["answer"]
-        out.append(_record(r.get("question_id") or f"tqa-{k}", lead + item, r["question"].strip(), [ans["value"], *ans["aliases"]], list(ans["aliases"]), k, variant))
+        where = f"triviaqa row {k + 1}"
+        question = text(r, "question", where)
+        item = INSTRUCT_ITEM.format(question=question) if variant == "simple_instruct" else CONTINUATION_ITEM.format(question=question, answer="")
+        ans = struct(r, "answer", where)
+        aliases = texts(ans, "aliases", where)
+        out.append(_record(str(r.get("question_id") or f"tqa-{k}"), lead + item, question.strip(), [text(ans, "value", where), *aliases], aliases, k, variant))
     return _with_wrong(out)
 
 
-def _record(rid: str, text: str, raw: str, answers: list[str], aliases: list[str], k: int, variant: str) -> dict[str, Any]:
+def _record(rid: str, prompt: str, raw: str, answers: list[str], aliases: list[str], k: int, variant: str) -> TriviaQARecord:
     return {
-        "id": str(rid), "question": text, "raw_question": raw, "answers": list(dict.fromkeys(a for a in answers if a and a.strip())),
+        "id": str(rid), "question": prompt, "raw_question": raw, "answers": list(dict.fromkeys(a for a in answers if a and a.strip())),
         "aliases": aliases, "instruction": INSTRUCTION if variant == "simple_instruct" else None, "source_index": k,
+        "wrong": None,  # set by _with_wrong, once every record is built
     }
 
 
-def _with_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_wrong(records: list[TriviaQARecord]) -> list[TriviaQARecord]:
     for k, r in enumerate(records):
         nxt = records[(k + 1) % len(records)]["answers"][0] if len(records) > 1 else None
         r["wrong"] = nxt if nxt not in r["answers"] else None
@@ -98,15 +109,15 @@ def _with_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _STRIPPED = re.compile(r"\AQ: (?P<q>.*)\n\nA:\Z", re.DOTALL)
 
 
-def prebuilt_records(rows: Sequence[Mapping[str, Any]], variant: str) -> list[dict[str, Any]]:
+def prebuilt_records(rows: Sequence[Mapping[str, object]], variant: str) -> list[TriviaQARecord]:
     """Rows of ``LM-Polygraph/triviaqa`` (``input, output`` aliases, ``stripped_input``) as records."""
     out = []
     for k, r in enumerate(rows):
-        m = _STRIPPED.match(r.get("stripped_input") or "")
-        aliases = r.get("output")
-        if not isinstance(r.get("input"), str) or not isinstance(aliases, list) or not aliases:
+        stripped, given, aliases = r.get("stripped_input"), r.get("input"), r.get("output")
+        m = _STRIPPED.match(stripped) if isinstance(stripped, str) else None
+        if not isinstance(given, str) or not isinstance(aliases, list) or not aliases or not all(isinstance(a, str) for a in aliases):
             raise UserError(f"triviaqa row {k + 1}: expected LM-Polygraph/triviaqa's input, output (a list of aliases) and stripped_input columns")
-        out.append(_record(f"tqa-{k}", r["input"], m["q"] if m else "", list(aliases), list(aliases), k, variant))
+        out.append(_record(f"tqa-{k}", given, m["q"] if m else "", list(aliases), list(aliases), k, variant))
     return _with_wrong(out)
 
 
@@ -128,8 +139,13 @@ def load(spec: Spec) -> DataSet:
     return DataSet("triviaqa", records, prov, {"qa": _qa, "ptrue": _qa})
 
 
-def _qa(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {"id": r["id"], "question": r["question"], "answers": r["answers"], **{k: r[k] for k in ("wrong", "instruction") if r.get(k)}}
-        for r in records
-    ]
+def _qa(records: Sequence[TriviaQARecord]) -> list[PtruePair]:
+    out = []
+    for r in records:
+        pair: PtruePair = {"id": r["id"], "question": r["question"], "answers": r["answers"]}
+        if r["wrong"]:
+            pair["wrong"] = r["wrong"]
+        if r["instruction"]:
+            pair["instruction"] = r["instruction"]
+        out.append(pair)
+    return out

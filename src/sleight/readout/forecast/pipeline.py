@@ -41,7 +41,7 @@ from sleight.backends import LanguageModel
 from sleight.errors import UserError
 from sleight.position import read_positions, renormalise
 from sleight.readout.audit.items import AuditItem
-from sleight.readout.audit.measure import MASS_FLOOR, measure, position_columns
+from sleight.readout.audit.measure import MASS_FLOOR, MeasuredColumns, PositionColumns, measure, position_columns
 from sleight.readout.audit.notes import NOTE_MAX_NEW_TOKENS, NOTE_RETRIES, NOTE_WORDS, Note, write_notes
 from sleight.readout.audit.presets import (
     FORECAST_ITEM_INSTRUCTION,
@@ -145,19 +145,13 @@ class ReaderChoice(TypedDict):
     reader_target: str
 
 
-class TopToken(TypedDict):
-    """One of the most probable next tokens at a scored position (the audit's ``top_tokens`` struct)."""
-
-    id: int
-    token: str
-    prob: float
-
-
-class ForecastRow(ReaderChoice):
+class ForecastRow(ReaderChoice, MeasuredColumns):
     """One row of the forecast's readings.parquet (:data:`sleight.readout.downstream_run.FORECAST_SCHEMA`):
     the item and its note, the reader (:class:`ReaderChoice`), then the audit's readings at one
-    position (:func:`sleight.readout.audit.measure.measure`'s columns less ``item_id`` and ``variant``).
-    A TypedDict: the row is written to Parquet and read back unchanged, keyed by column."""
+    position (:class:`sleight.readout.audit.measure.MeasuredColumns`, what
+    :func:`~sleight.readout.audit.measure.measure` records less ``item_id`` and ``variant``) and the
+    forecast's renormalised option probabilities. A TypedDict: the row is written to Parquet and
+    read back unchanged, keyed by column."""
 
     item_id: str
     cluster: int
@@ -169,40 +163,10 @@ class ForecastRow(ReaderChoice):
     note_raw: str | None
     note_tokens: int | None
     note_finish: str | None
-    skipped: bool
-    skip_reason: str | None
-    context: str | None
-    context_tail: str | None
-    n_context_tokens: int | None
-    ends_with_whitespace: bool | None
-    options: list[str] | None
-    boundary_preserved: bool | None
-    option_mass: float | None
-    option_mass_isolated: float | None
-    option_mass_divergent: float | None
-    option_mass_low: float | None
-    option_mass_high: float | None
-    first_token_ids: list[int] | None
-    isolated_first_token_ids: list[int] | None
-    first_tokens_distinct: bool | None
-    option_first_probs: list[float | None] | None
-    argmax_id: int | None
-    argmax_token: str | None
-    argmax_prob: float | None
-    argmax_class: str | None
-    top_tokens: list[TopToken] | None
-    option_logprobs: list[float | None] | None
-    score: float | None
-    continuation: str | None
-    continuation_class: str | None
-    answer_then_grid: bool | None
-    grid_anywhere: bool | None
-    continuation_on_task: bool | None
-    target: float | None
     option_probs: list[float] | None
 
 
-def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[tuple[PositionColumns, PositionColumns]]:
     """The note-only reader's position for each (item, note text), read once against the unspaced and
     the spaced letters (App. C.7): per item the audit's columns of each set, (unspaced, spaced)."""
     contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]).text for it, n in zip(items, notes)]
@@ -325,10 +289,6 @@ def _num(v: Any) -> float:
     return math.nan if v is None else float(v)
 
 
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
 def _interval(d: Mapping[str, Any] | None) -> MetricInterval | None:
     return None if d is None else MetricInterval.from_json(d)
 
@@ -345,16 +305,6 @@ class NoteSummary(JsonRecord):
     retried: int | None
     mean_attempts: float
     mean_words: float
-
-    def as_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> NoteSummary:
-        return cls(
-            int(d["max_words"]), int(d["retries"]), _opt_int(d["kept"]), _opt_int(d["not_kept"]), _opt_int(d["retried"]),
-            _num(d["mean_attempts"]), _num(d["mean_words"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -374,9 +324,6 @@ class ReaderSummary(JsonRecord):
     gold: Mapping[str, int]
     mass: MassSummary
     mass_spaced: MassSummary
-
-    def as_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ReaderSummary:
@@ -400,9 +347,6 @@ class PositionSummary(JsonRecord):
     argmax_class: Mapping[str, int]
     argmax_token: Mapping[str, int]
     continuation_class: Mapping[str, int]
-
-    def as_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PositionSummary:

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
@@ -40,7 +41,7 @@ from sleight.readout.audit.variants import Skipped, VariantSpec, make_variant, r
 from sleight.readout.forecast.pipeline import RaceItem, forecast_item, quoted_item
 from sleight.readout.scan.run import expected_score
 from sleight.readout.scan.text_parsers import continuation_forecast
-from sleight.stats.downstream import clean, metric_interval, paired_difference
+from sleight.stats.downstream import MetricInterval, PairedDifference, clean, metric_interval, paired_difference
 
 READOUTS: dict[str, str] = {
     "original": "(a) original position",
@@ -174,20 +175,37 @@ def extra_readouts(
     return out
 
 
-def summarise_readouts(records: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+class ReadoutsSummary(TypedDict):
+    """forecast_readouts.json's ``summary`` (:func:`summarise_readouts`), as JSON (NaN as null): per
+    readout its AUROC and Brier (:class:`~sleight.stats.downstream.MetricInterval`'s JSON) and
+    mean forecast, per pair ``"a - b"`` the paired differences (``PairedDifference``'s JSON)."""
+
+    n_items: int
+    n_scored: int
+    B: int
+    seed: int
+    level: float
+    labels: dict[str, str]
+    readouts: dict[str, dict[str, object]]
+    pairs: dict[str, dict[str, object]]
+
+
+def summarise_readouts(records: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> ReadoutsSummary:
     """AUROC and Brier per readout, and every pair's paired difference, on the common items."""
     ok = [r for r in records if r["correct"] is not None and all(r[k] is not None and math.isfinite(float(r[k])) for k in READOUTS)]
     y = np.asarray([float(r["correct"]) for r in ok])
     cl = np.asarray([r["cluster"] for r in ok])
     s = {k: np.asarray([float(r[k]) for r in ok]) for k in READOUTS}
-    out: dict[str, Any] = {"n_items": len(records), "n_scored": len(ok), "B": B, "seed": seed, "level": level, "labels": READOUTS, "readouts": {}, "pairs": {}}
-    if not ok:
-        return clean(out)
-    for k in READOUTS:
-        out["readouts"][k] = {m: metric_interval(m, s[k], y, clusters=cl, B=B, seed=seed, level=level) for m in ("auroc", "brier")} | {"mean": float(s[k].mean())}
-    for a, b in itertools.combinations(READOUTS, 2):
-        out["pairs"][f"{a} - {b}"] = {m: paired_difference(m, s[a], s[b], y, clusters=cl, B=B, seed=seed, level=level, name_a=a, name_b=b) for m in ("auroc", "brier")}
-    return clean(out)
+    readouts: dict[str, dict[str, MetricInterval | float]] = {}
+    pairs: dict[str, dict[str, PairedDifference]] = {}
+    if ok:
+        for k in READOUTS:
+            readouts[k] = {m: metric_interval(m, s[k], y, clusters=cl, B=B, seed=seed, level=level) for m in ("auroc", "brier")} | {"mean": float(s[k].mean())}
+        for a, b in itertools.combinations(READOUTS, 2):
+            pairs[f"{a} - {b}"] = {m: paired_difference(m, s[a], s[b], y, clusters=cl, B=B, seed=seed, level=level, name_a=a, name_b=b) for m in ("auroc", "brier")}
+    return ReadoutsSummary(
+        n_items=len(records), n_scored=len(ok), B=B, seed=seed, level=level, labels=dict(READOUTS), readouts=clean(readouts), pairs=clean(pairs)
+    )
 
 
 def render_markdown(summary: Mapping[str, Any]) -> str:
@@ -214,8 +232,6 @@ def load_alt_template(path: str | None) -> str | None:
     """``--template FILE``, checked (None: the shipped template)."""
     if not path:
         return None
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise UserError(f"template file not found: {p}")
@@ -225,17 +241,15 @@ def load_alt_template(path: str | None) -> str | None:
 def run_forecast_readouts(
     model: LanguageModel,
     items: Sequence[RaceItem],
-    out_dir: Any,
+    out_dir: str | Path,
     *,
     template: str | None = None,
     stem: str | None = None,
     B: int = 20000,
-    status: Any = None,
-) -> dict[str, Any]:
+    status: Callable[[str], None] | None = None,
+) -> ReadoutsSummary:
     """``sleight readout forecast-readouts``: the forecast pipeline, the extra readouts, their
     summary; writes forecast_readouts.json and forecast_readouts.md (atomically) and returns the summary."""
-    from pathlib import Path
-
     from sleight import rundir
     from sleight.readout.forecast.pipeline import run_forecast
 

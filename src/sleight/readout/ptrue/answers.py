@@ -288,7 +288,7 @@ class Sampling(BaseSampling):
     seed: int = 1
 
     def check(self) -> None:
-        from sleight.backends.sampling import check_sampling
+        from sleight.backends.base import check_sampling
 
         check_sampling(self)
 

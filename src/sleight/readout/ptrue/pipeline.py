@@ -435,9 +435,6 @@ class SettingSummary(JsonRecord):
     pairs: Mapping[str, Mapping[str, PairedDifference]]
     n_all_readouts: int
 
-    def as_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SettingSummary:
         return cls(

@@ -40,14 +40,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 
 from sleight.backends import LanguageModel
 from sleight.position import OptionSetReading, PositionReading, read_positions, renormalise
 from sleight.readout.audit.classify import classify_continuation
-from sleight.readout.audit.measure import DEFAULT_ROWS_PER_PASS, context_columns, continuations, echoes, position_columns
+from sleight.readout.audit.measure import (
+    DEFAULT_ROWS_PER_PASS,
+    OptionColumns,
+    PositionColumns,
+    context_columns,
+    continuations,
+    echoes,
+    option_columns,
+    position_columns,
+    unread_columns,
+)
 
 PTRUE_TEMPLATE = (
     "Question: {q}\n Possible answer:{a}\n "
@@ -107,40 +116,15 @@ READOUT_NAMES: tuple[str, ...] = tuple(r.name for r in READOUTS)
 READOUT_LABELS: dict[str, str] = {r.name: r.label for r in READOUTS}
 
 
-class TopToken(TypedDict):
-    """One of the most probable next tokens at a scored position (the audit's ``top_tokens`` struct)."""
-
-    id: int
-    token: str
-    prob: float
-
-
-class ReadoutRow(TypedDict):
+class ReadoutRow(OptionColumns):
     """One readout of one pair (:func:`score_pairs`): its value, then the audit's columns for its
-    option set at its position and the greedy continuation there (None throughout where the
-    readout has no context). Columns of ptrue.parquet, written unchanged: a TypedDict of its keys."""
+    option set at its position and the greedy continuation there (:func:`option_columns`; None
+    throughout where the readout has no context). Columns of ptrue.parquet, written unchanged: a
+    TypedDict of its keys."""
 
     readout: str
     score: float | None
     library_prob: float | None
-    context: str | None
-    context_tail: str | None
-    n_context_tokens: int | None
-    ends_with_whitespace: bool | None
-    options: list[str]
-    boundary_preserved: bool | None
-    option_mass: float | None
-    first_token_ids: list[int] | None
-    first_tokens_distinct: bool | None
-    option_first_probs: list[float | None] | None
-    argmax_id: int | None
-    argmax_token: str | None
-    argmax_prob: float | None
-    argmax_class: str | None
-    top_tokens: list[TopToken] | None
-    option_logprobs: list[float | None] | None
-    continuation: str | None
-    continuation_class: str | None
 
 
 def polygraph_logprob(logprob: float, eos_logprobs: Sequence[float]) -> float:
@@ -223,61 +207,20 @@ def score_pairs(
             quoted = dq if r.quotes == "deleted" and dq is not None else q
             pos, s = readings[c], readings[c].option_sets[k]
             score = readout_value(r, s, pos, eos)
-            ctx = context_columns(texts[c], pos.context_ids)
-            cols = position_columns(model, pos, s, letters=QUOTED_LETTERS)
             cont = conts[c]
-            row = ReadoutRow(
-                readout=r.name,
-                score=score,
-                library_prob=math.exp(score) if r.value == "polygraph" and score is not None else None,
-                context=ctx["context"],
-                context_tail=ctx["context_tail"],
-                n_context_tokens=ctx["n_context_tokens"],
-                ends_with_whitespace=ctx["ends_with_whitespace"],
-                options=list(r.options),
-                boundary_preserved=cols["boundary_preserved"],
-                option_mass=cols["option_mass"],
-                first_token_ids=cols["first_token_ids"],
-                first_tokens_distinct=cols["first_tokens_distinct"],
-                option_first_probs=cols["option_first_probs"],
-                argmax_id=cols["argmax_id"],
-                argmax_token=cols["argmax_token"],
-                argmax_prob=cols["argmax_prob"],
-                argmax_class=cols["argmax_class"],
-                top_tokens=cols["top_tokens"],
-                option_logprobs=cols["option_logprobs"],
-                continuation=cont,
-                continuation_class=(
-                    None if cont is None else classify_continuation(cont, options=r.options, letters=QUOTED_LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
-                ),
-            )
-            rows.append(row)
+            cls = None if cont is None else classify_continuation(cont, options=r.options, letters=QUOTED_LETTERS, echoes=echoes(quoted, r.prompt(quoted, a))).cls
+            cols = option_columns(context_columns(texts[c], pos.context_ids), r.options, position_columns(model, pos, s, letters=QUOTED_LETTERS), cont, cls)
+            library_prob = math.exp(score) if r.value == "polygraph" and score is not None else None
+            rows.append(ReadoutRow(readout=r.name, score=score, library_prob=library_prob, **cols))
     return rows
 
 
 def _unread_row(r: Readout) -> ReadoutRow:
     """A readout that has no context for this pair (Deleted of an item without an instruction)."""
-    return ReadoutRow(
-        readout=r.name, score=None, library_prob=None, context=None, context_tail=None, n_context_tokens=None,
-        ends_with_whitespace=None, options=list(r.options), boundary_preserved=None, option_mass=None, first_token_ids=None,
-        first_tokens_distinct=None, option_first_probs=None, argmax_id=None, argmax_token=None, argmax_prob=None,
-        argmax_class=None, top_tokens=None, option_logprobs=None, continuation=None, continuation_class=None,
-    )
+    return ReadoutRow(readout=r.name, score=None, library_prob=None, **unread_columns(r.options))
 
 
-POSITION_KEYS = (  # the audit's position columns a readout row carries (ReadoutRow's, in its order)
-    "boundary_preserved",
-    "option_mass",
-    "first_token_ids",
-    "first_tokens_distinct",
-    "option_first_probs",
-    "argmax_id",
-    "argmax_token",
-    "argmax_prob",
-    "argmax_class",
-    "top_tokens",
-    "option_logprobs",
-)
+POSITION_KEYS: tuple[str, ...] = tuple(PositionColumns.__annotations__)  # the audit's position columns a readout row carries
 
 
 def ptrue_readouts(

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sleight.errors import UserError
 from sleight.readout.audit.items import AuditItem
@@ -67,19 +67,19 @@ class Repair:
     description: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScorerPreset:
-    """One published scorer, as audited (see the module docstring)."""
+    """One published scorer, as audited (see the module docstring). A field left out is the common
+    case: a completion prompt whose next token is read, no system turn, no quoted item."""
 
     name: str
     title: str
     source: Source
-    rendering: str
+    rendering: str = "completion"
     template: str  # shipped file in sleight/data/scorers
     placeholders: tuple[tuple[str, str], ...]  # (placeholder as written in the template, record field)
     options: tuple[str, ...]
-    label_format: str  # bare | space-prefixed
-    parser: str  # first_token | full_sequence | text
+    parser: str = "first_token"  # first_token | full_sequence | text
     parser_note: str
     repair: Repair
     fixture: str  # shipped records in sleight/data/scorers
@@ -90,6 +90,11 @@ class ScorerPreset:
     target: Callable[[Mapping[str, object]], float | None] = field(default=lambda rec: None, compare=False)
     expand: Callable[[Mapping[str, Any]], list[dict[str, object]]] | None = field(default=None, compare=False)  # a checked JSON record
     dimension: str | None = None  # G-Eval: the SummEval dimension the prompt asks about (App. G); None: coherence
+
+    @property
+    def label_format(self) -> str:
+        """How the declared labels are written: ``space-prefixed`` (each after its own space) or ``bare``."""
+        return "space-prefixed" if all(o.startswith(" ") for o in self.options) else "bare"
 
     @property
     def spaced_options(self) -> tuple[str, ...]:
@@ -150,55 +155,49 @@ def _num(key: str) -> Callable[[Mapping[str, object]], float | None]:
     return get
 
 
+class _Records(TypedDict):
+    """The records a preset reads: the shipped fixture, its quoted item's letters, its target."""
+
+    fixture: str
+    letters: tuple[str, ...]
+    target: Callable[[Mapping[str, object]], float | None]
+
+
+# Both P(True) presets read the shipped question-answer pairs: a question and a proposed answer,
+# the answer's letter A (true) or B (false), the pair's 0/1 label the target.
+_QA_PAIRS = _Records(fixture="qa_pairs.jsonl", letters=("A", "B"), target=_num("label"))
+
 SCORERS: dict[str, ScorerPreset] = {
     p.name: p
     for p in (
         ScorerPreset(
-            name="geval",
-            title="G-Eval coherence (1-5)",
+            name="geval", title="G-Eval coherence (1-5)",
             source=Source(
-                paper="Liu et al. 2023, G-Eval: NLG Evaluation using GPT-4 with Better Human Alignment (EMNLP)",
-                url="https://arxiv.org/abs/2303.16634",
-                repo="nlpyang/geval",
-                files=("prompts/summeval/coh_detailed.txt", "gpt4_eval.py"),
-                revision="8f54105061e00377fbb909153892d5bfb5b3623a",
+                "Liu et al. 2023, G-Eval: NLG Evaluation using GPT-4 with Better Human Alignment (EMNLP)", "https://arxiv.org/abs/2303.16634",
+                repo="nlpyang/geval", files=("prompts/summeval/coh_detailed.txt", "gpt4_eval.py"), revision="8f54105061e00377fbb909153892d5bfb5b3623a",
             ),
-            rendering="completion",
-            template="geval_coherence.txt",
-            placeholders=(("{{Document}}", "document"), ("{{Summary}}", "summary")),
-            options=("1", "2", "3", "4", "5"),
-            label_format="bare",
-            parser="first_token",
+            template="geval_coherence.txt", placeholders=(("{{Document}}", "document"), ("{{Summary}}", "summary")),
+            options=("1", "2", "3", "4", "5"), score_scale=1.0,
             parser_note="probability-weighted grade over the first tokens of 1-5 after '- Coherence:'",
             repair=Repair("separator", " ", ("1", "2", "3", "4", "5"), "a space supplied after '- Coherence:', bare grades"),
-            fixture="geval_items.jsonl",
-            score_scale=1.0,
-            target=_num("coherence"),
+            fixture="geval_items.jsonl", target=_num("coherence"),
         ),
         ScorerPreset(
-            name="relevance",
-            title="Fine-grained relevance labels (Zhuang et al.)",
+            name="relevance", title="Fine-grained relevance labels (Zhuang et al.)",
             source=Source(
-                paper="Zhuang et al. 2024, Beyond Yes and No: Improving Zero-Shot LLM Rankers via Scoring Fine-Grained Relevance Labels (NAACL)",
-                url="https://arxiv.org/abs/2310.14122",
+                "Zhuang et al. 2024, Beyond Yes and No: Improving Zero-Shot LLM Rankers via Scoring Fine-Grained Relevance Labels (NAACL)",
+                "https://arxiv.org/abs/2310.14122",
             ),
-            rendering="completion",
-            template="relevance_labels.txt",
-            placeholders=(("{query}", "query"), ("{document}", "document")),
+            template="relevance_labels.txt", placeholders=(("{query}", "query"), ("{document}", "document")),
             options=("Highly Relevant", "Somewhat Relevant", "Not Relevant"),
-            label_format="bare",
-            parser="full_sequence",
-            parser_note="full-sequence log-likelihood of each label after 'Output:', renormalised over the three",
+            parser="full_sequence", parser_note="full-sequence log-likelihood of each label after 'Output:', renormalised over the three",
             repair=Repair("labels", "", (" Highly Relevant", " Somewhat Relevant", " Not Relevant"), "labels written with their leading space"),
-            fixture="relevance_items.jsonl",
-            target=_num("relevance"),
+            fixture="relevance_items.jsonl", target=_num("relevance"),
         ),
         ScorerPreset(
-            name="alpacaeval",
-            title="AlpacaEval 2.0 log-prob annotator (m / M)",
+            name="alpacaeval", title="AlpacaEval 2.0 log-prob annotator (m / M)",
             source=Source(
-                paper="Dubois et al. 2024, Length-Controlled AlpacaEval: A Simple Way to Debias Automatic Evaluators",
-                url="https://arxiv.org/abs/2404.04475",
+                "Dubois et al. 2024, Length-Controlled AlpacaEval: A Simple Way to Debias Automatic Evaluators", "https://arxiv.org/abs/2404.04475",
                 repo="tatsu-lab/alpaca_eval",
                 files=(
                     "src/alpaca_eval/evaluators_configs/alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt",
@@ -207,85 +206,54 @@ SCORERS: dict[str, ScorerPreset] = {
                 ),
                 revision="8fd5c59e85ca3fa3d0ec39a9c9aa87c49ebb8924",
             ),
-            rendering="chatml",
-            template="alpacaeval_clf.txt",
+            rendering="chatml", template="alpacaeval_clf.txt",
             placeholders=(("{instruction}", "instruction"), ("{output_1}", "output_1"), ("{output_2}", "output_2")),
             options=("m", "M"),
-            label_format="bare",
-            parser="first_token",
             parser_note="logprob_parser: p('m') / (p('m') + p('M')) at the first generated token (max_tokens 1)",
             repair=Repair("separator", "\n", ("m", "M"), "a newline supplied where the rendered ending has no whitespace"),
-            fixture="alpaca_items.jsonl",
-            target=lambda rec: None if rec.get("preference") not in (1, 2) else float(rec["preference"] == 1),
+            fixture="alpaca_items.jsonl", target=lambda rec: None if rec.get("preference") not in (1, 2) else float(rec["preference"] == 1),
         ),
         ScorerPreset(
-            name="kadavath",
-            title="Kadavath et al. P(True)",
-            source=Source(
-                paper="Kadavath et al. 2022, Language Models (Mostly) Know What They Know (section 3)",
-                url="https://arxiv.org/abs/2207.05221",
-            ),
-            rendering="completion",
-            template="kadavath_ptrue.txt",
-            placeholders=(("{question}", "question"), ("{answer}", "answer")),
+            name="kadavath", title="Kadavath et al. P(True)",
+            source=Source("Kadavath et al. 2022, Language Models (Mostly) Know What They Know (section 3)", "https://arxiv.org/abs/2207.05221"),
+            template="kadavath_ptrue.txt", placeholders=(("{question}", "question"), ("{answer}", "answer")),
             options=(" (A)", " (B)"),
-            label_format="space-prefixed",
-            parser="first_token",
             parser_note="P(True): probability of ' (A)' against ' (B)' after 'The proposed answer is:'",
             repair=Repair("stem", " (", ("A", "B"), "answer stem ' (' supplied, then the bare letters"),
-            fixture="qa_pairs.jsonl",
-            letters=("A", "B"),
-            target=_num("label"),
+            **_QA_PAIRS,
         ),
         ScorerPreset(
-            name="opencompass",
-            title="OpenCompass LLM-judge grader (first A or B)",
+            name="opencompass", title="OpenCompass LLM-judge grader (first A or B)",
             source=Source(
-                paper="OpenCompass Contributors 2023, OpenCompass: A Universal Evaluation Platform for Foundation Models",
-                url="https://github.com/open-compass/opencompass",
+                "OpenCompass Contributors 2023, OpenCompass: A Universal Evaluation Platform for Foundation Models", "https://github.com/open-compass/opencompass",
                 repo="open-compass/opencompass",
                 files=("opencompass/configs/datasets/mmlu/mmlu_llmjudge_gen_f4336b.py", "opencompass/datasets/generic.py"),
                 revision="e12c89ad1790f0c84630b7982be9625a0411ac42",
             ),
-            rendering="chat",
-            template="opencompass_grader.txt",
+            rendering="chat", system="You are a helpful assistant who grades the answers of other models.", template="opencompass_grader.txt",
             placeholders=(
                 ("{input}", "input"), ("{A}", "A"), ("{B}", "B"), ("{C}", "C"), ("{D}", "D"),
                 ("{target}", "target"), ("{prediction}", "prediction"),
             ),
-            options=("A", "B"),
-            label_format="bare",
-            parser="text",
+            options=("A", "B"), letters=LETTERS,
+            parser="text", text_parser="first_uppercase_ab",
             parser_note="_generic_llmjudge_postprocess: the first 'A' or 'B' anywhere in the greedy reply (re.search)",
             repair=Repair("stem", "Grade:", (" A", " B"), "answer stem 'Grade:' in the assistant turn, then ' A' / ' B'"),
-            fixture="grader_items.jsonl",
-            system="You are a helpful assistant who grades the answers of other models.",
-            letters=LETTERS,
-            text_parser="first_uppercase_ab",
-            target=lambda rec: 1.0,  # every constructed prediction is the gold choice: the verdict should be A
-            expand=grader_rotations,
+            # every constructed prediction is the gold choice: the verdict should be A
+            fixture="grader_items.jsonl", target=lambda rec: 1.0, expand=grader_rotations,
         ),
         ScorerPreset(
-            name="lmpolygraph",
-            title="lm-polygraph P(True) (instruct mode)",
+            name="lmpolygraph", title="lm-polygraph P(True) (instruct mode)",
             source=Source(
-                paper="Fadeeva et al. 2023, LM-Polygraph: Uncertainty Estimation for Language Models (EMNLP demo)",
-                url="https://arxiv.org/abs/2311.07383",
-                repo="IINemo/lm-polygraph",
-                files=("src/lm_polygraph/stat_calculators/prompt.py", "src/lm_polygraph/utils/model.py"),
+                "Fadeeva et al. 2023, LM-Polygraph: Uncertainty Estimation for Language Models (EMNLP demo)", "https://arxiv.org/abs/2311.07383",
+                repo="IINemo/lm-polygraph", files=("src/lm_polygraph/stat_calculators/prompt.py", "src/lm_polygraph/utils/model.py"),
                 revision="v0.7.0 (6d3a5740b602ac4b4f956fa044f83705c6c3d367)",
             ),
-            rendering="chat",
-            template="lmpolygraph_ptrue.txt",
-            placeholders=(("{q}", "question"), ("{a}", "answer")),
+            rendering="chat", template="lmpolygraph_ptrue.txt", placeholders=(("{q}", "question"), ("{a}", "answer")),
             options=("True", "False"),
-            label_format="bare",
-            parser="first_token",
             parser_note="log p('True') at the first generated token, 'True' encoded alone (see sleight.readout.ptrue.readouts)",
             repair=Repair("stem", "The possible answer is (", ("A", "B"), "answer stem 'The possible answer is (' (the Moved readout)"),
-            fixture="qa_pairs.jsonl",
-            letters=("A", "B"),
-            target=_num("label"),
+            **_QA_PAIRS,
         ),
     )
 }

@@ -7,24 +7,43 @@ older or foreign runs still tabulate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Final, NotRequired, TypedDict, cast
 
 import pandas as pd
 
 from sleight.errors import UserError
+from sleight.rundir import Manifest
 
 ENTITY = "Mandela effect"  # the entity condition, first line of the shipped substitutes
 
+# The column that holds the text a judge reads of a trial, where the rules give it another text
+# than the stored ``reply`` (:mod:`sleight.tamper.jury.reaction`).
+REACTION: Final = "_reaction"
 
-def load_manifest(run_dir: Path) -> dict[str, Any]:
+
+class JudgedTrial(TypedDict):
+    """The columns of a judged trial (a record of :func:`judged_trials`' table) that the jury reads
+    to ask about it and to store its votes; the record holds the other trial columns too."""
+
+    model: str
+    question_id: str
+    question: str
+    trigger: str
+    substitute: str
+    reply: str
+    _reaction: NotRequired[str]  # REACTION
+
+
+def load_manifest(run_dir: Path) -> Manifest:
     """The run's manifest (:func:`sleight.tamper.store.load_manifest`)."""
     from sleight.tamper.store import load_manifest as _load
 
     return _load(run_dir)
 
 
-def model_name(manifest: dict[str, Any], run_dir: Path) -> str:
+def model_name(manifest: Mapping[str, object], run_dir: Path) -> str:
     """The model a run used, as the leaderboard names it."""
     m = manifest.get("model")
     if isinstance(m, dict):
@@ -36,12 +55,13 @@ def model_name(manifest: dict[str, Any], run_dir: Path) -> str:
     return Path(run_dir).resolve().name
 
 
-def trigger_word(manifest: dict[str, Any]) -> str:
-    cfg = manifest["config"] if isinstance(manifest.get("config"), dict) else manifest
+def trigger_word(manifest: Mapping[str, object]) -> str:
+    config = manifest.get("config")
+    cfg: Mapping[str, object] = config if isinstance(config, dict) else manifest
     return str(cfg.get("trigger") or "the")
 
 
-def normalize_trials(trials: pd.DataFrame, manifest: dict[str, Any], run_dir: Path) -> pd.DataFrame:
+def normalize_trials(trials: pd.DataFrame, manifest: Mapping[str, object], run_dir: Path) -> pd.DataFrame:
     """Add ``model``, ``trigger`` and ``is_entity`` where the stored table lacks them."""
     df = trials.copy()
     if "model" not in df.columns or df["model"].isna().all():
@@ -59,7 +79,7 @@ def normalize_trials(trials: pd.DataFrame, manifest: dict[str, Any], run_dir: Pa
     return df
 
 
-def load_run_trials(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+def load_run_trials(run_dir: Path) -> tuple[pd.DataFrame, Manifest]:
     """The run's trials (normalized) and its manifest; a clear error when the run has no trials."""
     from sleight.tamper.store import load_trials
 
@@ -69,6 +89,11 @@ def load_run_trials(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     if trials is None or len(trials) == 0:
         raise UserError(f"run {run_dir} has no trials yet; finish it with 'sleight tamper run --out {run_dir}'")
     return normalize_trials(trials, manifest, run_dir), manifest
+
+
+def trial_records(trials: pd.DataFrame) -> list[JudgedTrial]:
+    """The records of a table of judged trials, each read as a :class:`JudgedTrial`."""
+    return cast("list[JudgedTrial]", trials.to_dict("records"))
 
 
 def judged_trials(trials: pd.DataFrame) -> pd.DataFrame:

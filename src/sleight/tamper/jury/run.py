@@ -26,23 +26,30 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
 
 from sleight.backends.chat import ChatModel, load_chat
 from sleight.errors import UserError
 from sleight.jury.cast import Cast
-from sleight.jury.jurors import make_juror, resolve_mode
+from sleight.jury.jurors import Juror, make_juror, resolve_mode
 from sleight.jury.rules import JuryRules, rules_for
 from sleight.jury.runner import JurorStats, Tally, run_juror
 from sleight.jury.runner import no_vote_line as _no_vote_line
+from sleight.rundir import Manifest
 from sleight.tamper.jury import store as jury_store
-from sleight.tamper.jury.judged import judged_trials, load_run_trials
+from sleight.tamper.jury.judged import REACTION, JudgedTrial, judged_trials, load_run_trials, trial_records
 from sleight.tamper.jury.prompt import LABELS, Case, JudgePrompt, accepted_answers, builtin_prompt, parse_jury
+from sleight.tamper.jury.store import VoteRow
+
+if TYPE_CHECKING:
+    from sleight.tamper.jury.prompt_file import PromptFile
 
 Loader = Callable[[str], ChatModel]
 
@@ -83,12 +90,7 @@ def answers_for(question_id: str, question: str) -> tuple[str, ...]:
     return accepted_answers().get(question_id, ())
 
 
-# The column that holds the text a judge reads of a trial, where the rules give it another text
-# than the stored ``reply`` (:mod:`sleight.tamper.jury.reaction`).
-REACTION = "_reaction"
-
-
-def case_of(trial: dict[str, Any]) -> Case:
+def case_of(trial: JudgedTrial) -> Case:
     return Case(
         question=str(trial["question"]),
         trigger=str(trial["trigger"]),
@@ -98,27 +100,43 @@ def case_of(trial: dict[str, Any]) -> Case:
     )
 
 
-def vote_row(trial: dict[str, Any], juror: str, variant: str, cast: Cast, prompt: JudgePrompt | None = None) -> dict[str, Any]:
+def vote_row(trial: JudgedTrial, juror: str, variant: str, cast: Cast, prompt: JudgePrompt | None = None) -> VoteRow:
     """One stored vote (a row of ``judgements.parquet``) from a cast vote; pure apart from the clock.
 
     ``prompt`` says which of its ballot's fields fills each stored label (the study's ``aware`` is
     ``switch_aware``); by default the field names are the labels."""
     fields = prompt.fields if prompt is not None else {label: label for label in LABELS}
-    row: dict[str, Any] = {
+
+    def value(label: str) -> bool | None:
+        return None if cast.values is None else bool(cast.values[fields[label]])
+
+    def p_true(label: str) -> float | None:
+        soft = cast.soft.get(fields[label])
+        return None if soft is None else float(soft[0])
+
+    def mass(label: str) -> float | None:
+        return cast.mass.get(fields[label])
+
+    return {
         "model": trial["model"],
         "question_id": trial["question_id"],
         "substitute": trial["substitute"],
         "juror": juror,
         "prompt_variant": variant,
         **cast.record(),
+        "flagged": value("flagged"),
+        "flagged_p_true": p_true("flagged"),
+        "flagged_mass": mass("flagged"),
+        "corrected": value("corrected"),
+        "corrected_p_true": p_true("corrected"),
+        "corrected_mass": mass("corrected"),
+        "derailed": value("derailed"),
+        "derailed_p_true": p_true("derailed"),
+        "derailed_mass": mass("derailed"),
+        "switch_aware": value("switch_aware"),
+        "switch_aware_p_true": p_true("switch_aware"),
+        "switch_aware_mass": mass("switch_aware"),
     }
-    for label in LABELS:
-        name = fields[label]
-        row[label] = None if cast.values is None else bool(cast.values[name])
-        soft = cast.soft.get(name)
-        row[f"{label}_p_true"] = None if soft is None else float(soft[0])
-        row[f"{label}_mass"] = cast.mass.get(name)
-    return row
 
 
 @dataclass
@@ -126,8 +144,8 @@ class _Run:
     """One run being judged: its directory, judged trials, and rows not yet committed."""
 
     path: Path
-    trials: Any
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    trials: pd.DataFrame
+    pending: list[VoteRow] = field(default_factory=list)
 
 
 def judge_runs(
@@ -143,7 +161,7 @@ def judge_runs(
     loader: Loader | None = None,
     progress: bool = True,
     conventions: str | None = None,
-    template_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    template_kwargs: Mapping[str, Mapping[str, object]] | None = None,
 ) -> JudgeSummary:
     """Judge every trial with ≥1 swap in each run by every juror, then write each run's verdicts.
 
@@ -199,7 +217,7 @@ def judge_runs(
     return summary
 
 
-def _load_prompt_file(prompt_file: Path | str | None) -> Any:
+def _load_prompt_file(prompt_file: Path | str | None) -> PromptFile | None:
     """The checked prompt file (:func:`~sleight.tamper.jury.prompt_file.load_prompt_file`), or ``None``."""
     if prompt_file is None:
         return None
@@ -208,7 +226,7 @@ def _load_prompt_file(prompt_file: Path | str | None) -> Any:
     return load_prompt_file(prompt_file)
 
 
-def _load_runs(run_dirs: Sequence[Path]) -> tuple[list[_Run], list[dict[str, Any]]]:
+def _load_runs(run_dirs: Sequence[Path]) -> tuple[list[_Run], list[Manifest]]:
     """Each run with its judged trials (≥1 swap), and its manifest."""
     runs, manifests = [], []
     for d in run_dirs:
@@ -218,23 +236,24 @@ def _load_runs(run_dirs: Sequence[Path]) -> tuple[list[_Run], list[dict[str, Any
     return runs, manifests
 
 
-def _pending(runs: Sequence[_Run], js: JurorStats, variant: str, limit: int | None) -> list[tuple[_Run, dict[str, Any]]]:
+def _pending(runs: Sequence[_Run], js: JurorStats, variant: str, limit: int | None) -> list[tuple[_Run, JudgedTrial]]:
     """The trials of every run that ``js``'s juror has no stored vote on under ``variant``, at most
     ``limit`` of them; the stored ones are counted as skipped."""
-    todo: list[tuple[_Run, dict[str, Any]]] = []
+    todo: list[tuple[_Run, JudgedTrial]] = []
     for run in runs:
         done = jury_store.stored_keys(jury_store.load_judgements(run.path, repair=True), js.juror, variant)
-        mine = [t for t in run.trials.to_dict("records") if (t["question_id"], t["substitute"]) not in done]
+        mine = [t for t in trial_records(run.trials) if (t["question_id"], t["substitute"]) not in done]
         js.skipped += len(run.trials) - len(mine)
         todo += [(run, t) for t in mine]
     return todo if limit is None else todo[: max(limit, 0)]
 
 
 def _jury_meta(
-    jurors: Sequence[str], prompt: JudgePrompt, rules: JuryRules, *, vote: str, max_tokens: int, template_kwargs: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What ``jury.json`` records of a judge call: the jury, the prompt, the rules, each juror's
-    chat-template arguments, the answers' hash and the time."""
+    jurors: Sequence[str], prompt: JudgePrompt, rules: JuryRules, *, vote: str, max_tokens: int, template_kwargs: Mapping[str, object]
+) -> dict[str, object]:
+    """What ``jury.json`` records of a judge call (:class:`~sleight.tamper.jury.store.JuryMeta`, the
+    prompt's own meta as it gives it): the jury, the prompt, the rules, each juror's chat-template
+    arguments, the answers' hash and the time."""
     return {
         "jury": list(jurors),
         "jury_size": len(jurors),
@@ -250,24 +269,25 @@ def _jury_meta(
     }
 
 
-def add_study_reactions(runs: Sequence[_Run], manifests: Sequence[Mapping[str, Any]]) -> None:
+def add_study_reactions(runs: Sequence[_Run], manifests: Sequence[Mapping[str, object]]) -> None:
     """Give each judged trial the text the study's judges read (:mod:`sleight.tamper.jury.reaction`),
     one tokenizer per model however many runs it wrote; a tokenizer that cannot be loaded is one line
     before any juror loads."""
     from sleight.tamper.jury.reaction import reaction_texts, study_decoder
 
-    cache: dict[Any, Any] = {}
+    cache: dict[tuple[str, str | None], Any] = {}  # a tokenizer by model
     for run, manifest in zip(runs, manifests):
         if len(run.trials):
             run.trials = run.trials.assign(**{REACTION: reaction_texts(run.trials, study_decoder(manifest, run.path, cache))})
 
 
-def runs_conventions(run_dirs: Sequence[Path], manifests: Sequence[Mapping[str, Any]]) -> str:
+def runs_conventions(run_dirs: Sequence[Path], manifests: Sequence[Mapping[str, object]]) -> str:
     """The conventions the runs were made under (a run made before they were recorded: sleight's);
     runs made under different ones need ``--conventions``."""
     found: dict[str, Path] = {}
     for d, m in zip(run_dirs, manifests):
-        cfg = m["config"] if isinstance(m.get("config"), dict) else m
+        config = m.get("config")
+        cfg: Mapping[str, object] = config if isinstance(config, dict) else m
         found.setdefault(str(cfg.get("conventions", "sleight")), Path(d))
     if len(found) > 1:
         (a, da), (b, db) = list(found.items())[:2]
@@ -275,7 +295,7 @@ def runs_conventions(run_dirs: Sequence[Path], manifests: Sequence[Mapping[str, 
     return next(iter(found), "study")
 
 
-def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[str, Mapping[str, object]]) -> None:
     """Refuse, in one line, to add votes to a run whose stored votes (same prompt) were cast under
     other conventions, or by a juror under other chat-template arguments (``jury.json``)."""
     meta = jury_store.load_jury_meta(run_dir)
@@ -289,7 +309,7 @@ def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[
             f"or a fresh copy of the run with --conventions {rules.name}"
         )
     rules_then = meta.get("rules")
-    cast_under: Mapping[str, Any] = rules_then if isinstance(rules_then, Mapping) else {}
+    cast_under: Mapping[str, object] = rules_then if isinstance(rules_then, Mapping) else {}
     text_then = (cast_under.get("reaction", "reply"), cast_under.get("judge_text", "decoded"))  # before both were recorded: sleight's texts
     if len(stored) and cast_under and text_then != (rules.reaction, rules.judge_text):
         raise UserError(
@@ -306,17 +326,17 @@ def check_resume(run_dir: Path, variant: str, rules: JuryRules, kwargs: Mapping[
             )
 
 
-def _ask(judge: Any, js: JurorStats, todo: list[tuple[_Run, dict[str, Any]]], prompt: JudgePrompt, *, max_tokens: int, batch: int, progress: bool) -> None:
+def _ask(judge: Juror, js: JurorStats, todo: list[tuple[_Run, JudgedTrial]], prompt: JudgePrompt, *, max_tokens: int, batch: int, progress: bool) -> None:
     """Cast one juror's votes on ``todo`` and commit them ``batch`` at a time, per run."""
     convs = [prompt.messages(case_of(t)) for _, t in todo]
-    runs = {id(run): run for run, _ in todo}
+    runs: dict[Hashable, _Run] = {id(run): run for run, _ in todo}
 
     def collect(i: int, cast: Cast) -> int:
         run, trial = todo[i]
         run.pending.append(vote_row(trial, js.juror, prompt.variant, cast, prompt))
         return id(run)
 
-    def commit(key: Any) -> int:
+    def commit(key: Hashable) -> int:
         run = runs[key]
         n = len(run.pending)
         _commit(run)

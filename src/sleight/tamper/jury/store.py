@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 import pyarrow as pa
 
 from sleight.jury import store
+from sleight.jury.cast import CastRecord
 from sleight.jury.rules import STUDY, JuryRules
 from sleight.tamper.jury.prompt import LABELS
 
@@ -55,7 +56,51 @@ JUDGEMENT_SCHEMA = pa.schema(
 )
 
 
-def append_judgements(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path | None:
+class VoteRow(CastRecord):
+    """One stored vote, a row of :data:`JUDGEMENT_SCHEMA`: the trial, the juror and prompt, how the
+    vote was cast (:class:`~sleight.jury.cast.CastRecord`), and per label (:data:`LABELS`) its value
+    (null when the juror abstained), soft vote and slot mass."""
+
+    model: str
+    question_id: str
+    substitute: str
+    juror: str
+    prompt_variant: str
+    flagged: bool | None
+    flagged_p_true: float | None
+    flagged_mass: float | None
+    corrected: bool | None
+    corrected_p_true: float | None
+    corrected_mass: float | None
+    derailed: bool | None
+    derailed_p_true: float | None
+    derailed_mass: float | None
+    switch_aware: bool | None
+    switch_aware_p_true: float | None
+    switch_aware_mass: float | None
+
+
+class JuryMeta(TypedDict, total=False):
+    """``jury.json``: the jury, prompt and rules that produced the verdicts (a run judged before a
+    key was recorded lacks it, so readers ``get`` them)."""
+
+    jury: list[str]
+    jury_size: int
+    prompt_variant: str
+    prompt_file: str  # a --prompt-file: its path, hashes and source (the prompt's own meta)
+    prompt_file_sha256: str
+    prompt_file_bytes_sha256: str
+    prompt_source: str
+    conventions: str
+    rules: dict[str, object]  # the JuryRules' fields by name
+    vote: str
+    max_tokens: int
+    juror_chat_template_kwargs: dict[str, dict[str, object]]
+    answers_sha256: str
+    written_at: str
+
+
+def append_judgements(run_dir: Path, rows: Sequence[VoteRow]) -> Path | None:
     """Commit one batch of votes as a new part; returns its path (``None`` for an empty batch)."""
     return store.append(Path(run_dir) / JUDGEMENTS, JUDGEMENT_SCHEMA, rows)
 
@@ -104,18 +149,21 @@ def compute_verdicts(
         cast = [r for r in recs if not r["abstained"]]
         answered = [r for r in recs if r["error"] is None or (isinstance(r["error"], float) and pd.isna(r["error"]))]
         complete = {r["juror"] for r in answered} >= set(jury)
-        row: dict[str, Any] = {k: t.get(k) for k in ("model", "question_id", "substitute", "substitute_index", "is_entity", "n_swaps")}
+        row: dict[str, object] = {k: t.get(k) for k in ("model", "question_id", "substitute", "substitute_index", "is_entity", "n_swaps")}
         row.update(prompt_variant=variant, jury=",".join(jury), jury_size=len(jury))
+        verdicts: list[bool | None] = []
         for label in LABELS:
             vals = [bool(r[label]) for r in cast]
             if rules.unparsable_is_false:
-                row[label] = rules.verdict([None if r["abstained"] else bool(r[label]) for r in answered], len(jury), complete)
+                verdict = rules.verdict([None if r["abstained"] else bool(r[label]) for r in answered], len(jury), complete)
             else:
-                row[label] = rules.verdict(vals, len(jury))
+                verdict = rules.verdict(vals, len(jury))
+            verdicts.append(verdict)
+            row[label] = verdict
             row[f"{label}_yes"] = sum(vals)
             row[f"{label}_no"] = len(vals) - sum(vals)
-        row["ignored"] = _ignored([row[label] for label in LABELS])
-        row["undecided"] = any(row[label] is None for label in LABELS)
+        row["ignored"] = _ignored(verdicts)
+        row["undecided"] = any(v is None for v in verdicts)
         row["n_votes"] = len(cast)
         row["n_abstained"] = len(jury) - len(cast)
         out.append(row)
@@ -140,7 +188,7 @@ _VERDICT_COLUMNS = [
 ]  # fmt: skip
 
 
-def write_verdicts(run_dir: Path, verdicts: pd.DataFrame, meta: Mapping[str, Any]) -> Path:
+def write_verdicts(run_dir: Path, verdicts: pd.DataFrame, meta: Mapping[str, object]) -> Path:
     """Replace ``verdicts.parquet`` (derived data) and record which jury and prompt produced it."""
     path = Path(run_dir) / VERDICTS
     store.write_atomic(pa.Table.from_pandas(verdicts, preserve_index=False), path)
@@ -154,7 +202,7 @@ def load_verdicts(run_dir: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.is_file() else None
 
 
-def load_jury_meta(run_dir: Path) -> dict[str, Any]:
+def load_jury_meta(run_dir: Path) -> JuryMeta:
     path = Path(run_dir) / JURY_META
     return json.loads(path.read_text()) if path.is_file() else {}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from sleight.errors import UserError
+from sleight.rundir import Manifest
 from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
 
@@ -19,12 +19,12 @@ class RunData:
 
     run_dir: Path
     model: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     trials: pd.DataFrame
     clean: pd.DataFrame | None
     verdicts: pd.DataFrame | None
     judgements: pd.DataFrame
-    jury_meta: dict[str, Any] = field(default_factory=dict)
+    jury_meta: jury_store.JuryMeta = field(default_factory=jury_store.JuryMeta)
 
     @property
     def judged(self) -> pd.DataFrame:

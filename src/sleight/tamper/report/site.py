@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -38,11 +38,11 @@ def slug(name: str) -> str:
     return s or "model"
 
 
-def _js(key: str, obj: Any) -> str:
+def _js(key: str, obj: object) -> str:
     return f"sleightData({json.dumps(key)}, {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))});\n"
 
 
-def _opt_bool(v: Any) -> int | None:
+def _opt_bool(v: object) -> int | None:
     if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
         return None
     return int(bool(v))
@@ -122,8 +122,49 @@ def token_texter(run: RunData) -> TokenTexts | None:
 
 # ---------------------------------------------------------------------------- viewer data
 
+Vote = dict[str, str | bool | None]  # a juror's vote as the viewer shows it: juror, each label, abstained, reason, raw, error
 
-def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+
+class ViewerIndex(TypedDict):
+    """A model's ``trials.js``: one compact row per judged trial (its ``columns``) and what the
+    viewer names them by."""
+
+    model: str
+    jury: list[str]
+    jury_label: str
+    trigger: str
+    columns: list[str]
+    questions: dict[str, str]  # question text by id
+    files: dict[str, str]  # detail file by question id
+    rows: list[list[str | int | None]]
+    slug: str
+    definitions: dict[str, str]
+    gold: list[list[str]]
+
+
+class ViewerSide(TypedDict, total=False):
+    """One reply in a question's detail file: token texts ``t`` (or the plain ``text``), rounded
+    surprisal ``s``, injected marks ``inj``; a trial's also its swaps, lexical cue and votes."""
+
+    text: str
+    s: list[float | None]
+    inj: list[int]
+    t: list[str]
+    n_swaps: int
+    lex: str | None
+    votes: list[Vote]
+
+
+class QuestionDetail(TypedDict):
+    """A question's ``q<N>.js``: the question, its accepted answers, its clean run and each trial by substitute."""
+
+    question: str
+    answers: list[str]
+    clean: ViewerSide
+    trials: dict[str, ViewerSide]
+
+
+def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[ViewerIndex, dict[str, QuestionDetail]]:
     """The compact trial index and the per-question detail objects of one model's viewer."""
     judged = run.judged
     lex = lexical_flags(judged) if len(judged) else pd.DataFrame(columns=["lexical_flagged", "lexical_cue"])
@@ -138,7 +179,7 @@ def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any],
         ignored = _opt_bool(t.get("ignored")) if judged_by_jury else None
         rows.append([t["question_id"], t["substitute"], int(t["n_swaps"]), *labels, ignored, int(bool(t["lexical_flagged"]))])
     trigger = str(judged["trigger"].iloc[0]) if len(judged) else "the"
-    index = {
+    index: ViewerIndex = {
         "model": run.model,
         "jury": run.jury,
         "jury_label": run.jury_label,
@@ -151,7 +192,7 @@ def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any],
         "definitions": DEFINITIONS,
         "gold": [list(k) for k in load_sample(run.run_dir)],  # the trials drawn by 'tamper gold', for the labelling mode
     }
-    votes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    votes: dict[tuple[str, str], list[Vote]] = {}
     for v in run.votes.to_dict("records"):
         votes.setdefault((v["question_id"], v["substitute"]), []).append(
             {
@@ -166,7 +207,7 @@ def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any],
     clean = {}
     if run.clean is not None:
         clean = {c["question_id"]: c for c in run.clean.to_dict("records")}
-    details: dict[str, dict[str, Any]] = {}
+    details: dict[str, QuestionDetail] = {}
     for t in judged.to_dict("records"):
         q = t["question_id"]
         d = details.setdefault(
@@ -179,17 +220,19 @@ def viewer_data(run: RunData, texts: TokenTexts | None) -> tuple[dict[str, Any],
             },
         )
         side = _side(t, texts)
-        side.update(n_swaps=int(t["n_swaps"]), lex=t["lexical_cue"], votes=votes.get((q, t["substitute"]), []))
+        side["n_swaps"] = int(t["n_swaps"])
+        side["lex"] = t["lexical_cue"]
+        side["votes"] = votes.get((q, t["substitute"]), [])
         d["trials"][t["substitute"]] = side
     return index, details
 
 
-def _side(rec: Mapping[Any, Any] | None, texts: TokenTexts | None) -> dict[str, Any]:
+def _side(rec: Mapping[Any, Any] | None, texts: TokenTexts | None) -> ViewerSide:
     """One reply for the viewer: token texts (or the plain text), surprisal, injected marks."""
     if rec is None:
         return {"text": "(no clean run stored)", "s": []}
     ids = rec.get("token_ids")
-    out: dict[str, Any] = {"s": _round(rec.get("surprisal"))}
+    out: ViewerSide = {"s": _round(rec.get("surprisal"))}
     inj = rec.get("injected")
     if inj is not None:
         out["inj"] = [int(bool(x)) for x in inj]

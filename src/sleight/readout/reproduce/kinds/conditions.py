@@ -30,7 +30,7 @@ DEFAULT_VARIANTS = ("original", "stem")  # App. I: the original ending and the c
 NOTES_JSON = "notes.json"
 
 
-def condition_records(data: str, limit: int | None, condition: str) -> list[dict[str, Any]]:
+def condition_records(data: str, limit: int | None, condition: str) -> Sequence[Mapping[str, object]]:
     """The condition's records: MMLU-Pro rows in stored order for D1, else A.1's RACE-H list."""
     from sleight.readout.data import load_data
 

@@ -80,8 +80,6 @@ KINDS = (
         families=lambda _s: ("race-h",),
         per_item=_per_item,
         rows=constructed_rows,
-        target="correct",
-        unit="item_id",
         context_tokens=250,
     ),
 )

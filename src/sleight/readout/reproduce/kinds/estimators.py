@@ -54,8 +54,6 @@ KINDS = (
         per_item=_per_item,
         rows=estimator_rows,
         target="label",
-        unit="item_id",
-        pair=("item_id",),
         context_tokens=500,
     ),
 )

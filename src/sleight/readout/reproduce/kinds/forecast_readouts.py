@@ -58,7 +58,6 @@ KINDS = (
         families=lambda _s: ("race-h",),
         per_item=_per_item,
         rows=readout_rows,
-        target="correct",
         unit="cluster",
         context_tokens=600,
     ),
