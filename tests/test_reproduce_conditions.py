@@ -20,6 +20,8 @@ from sleight.readout.reproduce import reproduce
 from tolerances import LOGPROB_ATOL, MASS_ATOL
 
 BUNDLED = "smollm2-135m-instruct"
+TABLE15_COLUMNS = ("below_floor", "answer_letters", "letters_separated", "omitted_separator", "shared_first_token", "prose_holds",
+                   "below_other", "options_hold", "repaired")  # fmt: skip
 
 
 def _race_spec(folder: str = "") -> str:
@@ -78,6 +80,45 @@ def test_table15_rows_from_one_checkpoints_readings():
     held = cond.holding([_reading(0.3), _reading(0.9), _reading(1.0)], stem)  # median 0.9
     assert not held["below_floor"] and held["options_hold"] and not any(held[k] for k in ("answer_letters", "below_other"))
     assert cond.holding([_reading(0.2)] * 2, stem)["below_other"]
+
+
+def test_table15_counts_are_a_sum_row_beside_the_papers_72_counts():
+    """App. I, Table 15 counts checkpoints: its printed counts sit on a sum row (``how: sum``) in the
+    measured columns, so each of the 72 gets a difference; the share row stays a mean. Hand-built
+    readings: 1/0 per checkpoint, so the sum row is the number of checkpoints where a row holds."""
+    from sleight.readout.reproduce.aggregate import aggregate
+    from sleight.readout.reproduce.config import load_table
+
+    config = load_table("table15")
+    assert [(a.name, a.how) for a in config.averages] == [("Share of checkpoints", "mean"), ("Checkpoints holding", "sum")]
+    printed = config.paper["Checkpoints holding"]
+    assert len(printed) == 72 and printed["c0_below_floor"] == 8 and printed["t2_repaired"] == 7 and printed["d1_prose_holds"] == 4
+    assert set(printed) == {c.key for c in config.columns}
+    holds = {"below_floor": 1.0, "answer_letters": 0.0}
+    readings = {
+        ck.name: {run: [{"variant": "original", **{c: holds.get(c, 0.0) if i < 5 else 0.0 for c in TABLE15_COLUMNS}}] for run in config.runs}
+        for i, ck in enumerate(config.checkpoints)
+    }
+    table = aggregate(config, config.checkpoints, readings, B=10)
+    rows = {r.name: r for r in table.rows}
+    assert rows["Checkpoints holding"].cells["c0_below_floor"].estimate == 5  # five of the eight hold it
+    assert rows["Share of checkpoints"].cells["c0_below_floor"].estimate == 5 / 8
+    assert rows["Checkpoints holding"].cells["t2_answer_letters"].estimate == 0
+
+
+def test_table7s_printed_rows_are_the_checkpoints_measured_columns():
+    """App. C.7, Table 7: the paper's two rows (the spaced and unspaced strings) are the two strings'
+    columns of Qwen3-4B-Instruct-2507's row, with C.7's agreement (96.25%) and accuracies (0.6958,
+    0.7208) as cells: every printed number sits where a run measures it."""
+    from sleight.readout.reproduce.config import load_table
+
+    config = load_table("table7")
+    assert [c.name for c in config.checkpoints] == ["qwen3-4b"] and not config.paper_rows
+    printed = config.paper["qwen3-4b"]
+    measured = {c.key for c in config.columns if c.run}
+    assert set(printed) == measured and len(printed) == 15
+    assert (printed["agree"], printed["spaced_acc"], printed["unspaced_acc"]) == (0.9625, 0.6958, 0.7208)
+    assert math.isclose((printed["spaced_acc_gold"] + printed["spaced_acc_unrelated"]) / 2, printed["spaced_acc"], abs_tol=1e-4)
 
 
 # -- App. I: the conditions over their own records, on the bundled model ----------------------------

@@ -3,6 +3,7 @@ real bundled model where one is involved, and the resume of their run directorie
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 
@@ -47,6 +48,99 @@ def test_app_g_rho_is_within_each_document_then_averaged() -> None:
     ]
     cell = stat_cell(rows, Column(key="k", label="k", run="r", stat="doc_spearman", column="score_first", target="human"))
     assert close(cell.estimate, (1.0 - 0.5) / 2) and cell.n == 2
+
+
+def _app_g_rows() -> list[dict[str, object]]:
+    """Three documents: G-Eval's score (score_first) and the repaired one (score_full_spaced) against the
+    human grade; document c's grade is constant, so neither rho exists there (App. G's missing documents)."""
+    rows = []
+    for doc, first, spaced, human in (
+        ("a", [1, 2, 3], [1, 3, 2], [1, 2, 3]),  # rho_first 1, rho_spaced 0.5
+        ("b", [1, 2, 3], [3, 1, 2], [2, 3, 1]),  # rho_first -0.5, rho_spaced -0.5
+        ("c", [1, 2, 3], [1, 2, 3], [4, 4, 4]),  # undefined for both
+    ):
+        rows += [{"doc_id": doc, "score_first": f, "score_full_spaced": g, "human": h} for f, g, h in zip(first, spaced, human)]
+    return rows
+
+
+def test_app_g_delta_rho_is_a_paired_document_bootstrap() -> None:
+    """App. G: Δρ = ρ(bare first token) − ρ(space-prefixed sequence), each averaged over the documents
+    where it is defined; every replicate draws documents and recomputes both averages on the same draw."""
+    from sleight.readout.reproduce.aggregate import doc_rho_cell, shared_counts, unit_index
+
+    rows = _app_g_rows()
+    col = Column(key="d", label="d", run="g", metric="doc_spearman", score="score_first", minus_score="score_full_spaced", target="human")
+    units = unit_index({"ck": rows}, "doc_id")
+    counts = shared_counts(len(units), 10_000, 0)
+    cell = doc_rho_cell(rows, col, units, counts)
+    assert close(cell.estimate, (1.0 - 0.5) / 2 - (0.5 - 0.5) / 2) and cell.n == 2
+    # each replicate by hand: documents a and b weighted by their draws (c never counts)
+    wa, wb = counts[:, units["a"]].astype(float), counts[:, units["b"]].astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        by_hand = (wa * 1.0 + wb * -0.5) / (wa + wb) - (wa * 0.5 + wb * -0.5) / (wa + wb)
+    assert np.allclose(cell.replicates, by_hand, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL, equal_nan=True)
+    ok = by_hand[np.isfinite(by_hand)]
+    assert close(cell.low, float(np.percentile(ok, 2.5))) and close(cell.high, float(np.percentile(ok, 97.5)))
+    missing = stat_cell(rows, Column(key="m", label="m", run="g", stat="doc_undefined", column="score_first", target="human"))
+    assert missing.estimate == 1 and missing.n == 3
+
+
+def test_app_g_config_prints_its_summaries_beside_the_paper() -> None:
+    """App. G prints the range and signs of its 28 cells: each is a summary with the printed number, over
+    Δρ columns bootstrapped 10,000 times by document."""
+    from sleight.readout.reproduce.aggregate import Cell, TableRow, summary_cell
+
+    config = load_table("appendix-g")
+    assert (config.B, config.seed) == (10_000, 0)
+    drho = [c for c in config.columns if c.metric == "doc_spearman"]
+    assert [c.where["preset"] for c in drho] == [f"geval:{d}" for d in ("coherence", "consistency", "fluency", "relevance")]
+    assert all((c.score, c.minus_score) == ("score_first", "score_full_spaced") for c in drho)
+    printed = {s.key: s.paper for s in config.summaries}
+    assert printed == {
+        "rho_low": -0.0598, "rho_high": 0.6306, "drho_low": -0.2194, "drho_high": 0.0831, "drho_negative": 19, "drho_positive": 9,
+        "drho_excluding_zero": 14, "argmax_rows": 0, "missing_all": 42, "missing_consistency_all": 28, "missing_fluency_all": 14, "distinct_all": 1,
+    }
+    rows = [
+        TableRow("x", "x", "checkpoint", ("x",), {"d1": Cell(-0.2, -0.3, -0.1), "d2": Cell(0.05, -0.01, 0.1)}),
+        TableRow("y", "y", "checkpoint", ("y",), {"d1": Cell(0.1, 0.02, 0.2), "d2": Cell(math.nan)}),
+        TableRow("avg", "avg", "average", ("x", "y"), {"d1": Cell(-5.0, -6.0, -4.0), "d2": Cell(9.0)}),  # not a checkpoint: not read
+    ]
+    summaries = {s.how: s for s in config.summaries}
+
+    def value(how: str) -> tuple[float, int]:
+        sc = summary_cell(dataclasses.replace(summaries[how], columns=("d1", "d2")), rows)
+        return sc.value, sc.n
+
+    assert value("min") == (-0.2, 3) and value("max") == (0.1, 3) and close(value("sum")[0], -0.05)
+    assert value("negative") == (1, 3) and value("positive") == (2, 3) and value("excludes_zero") == (2, 3)
+
+
+def test_app_g_table_computes_its_summaries_and_writes_them(tmp_path) -> None:
+    """App. G end to end without a model: two checkpoints' hand-built rows on the four dimensions give
+    Δρ cells with paired document intervals, and the summaries (with their differences from the
+    printed numbers) reach table.md and table.json."""
+    import json
+
+    from sleight.readout.reproduce.aggregate import aggregate
+    from sleight.readout.reproduce.runner import write_table
+
+    config = load_table("appendix-g")
+    base = _app_g_rows()
+    rows = [
+        {**r, "preset": f"geval:{d}", "item_id": f"{d}:{i}", "argmax_option": False, "distinct": True}
+        for d in ("coherence", "consistency", "fluency", "relevance") for i, r in enumerate(base)
+    ]
+    cks = config.checkpoints[:2]
+    result = aggregate(config, cks, {ck.name: {"geval": rows} for ck in cks}, B=200)
+    got = {sc.summary.key: (sc.value, sc.n) for sc in result.summaries}
+    assert got["drho_low"] == (0.25, 8) and got["drho_high"] == (0.25, 8) and got["drho_positive"] == (8, 8)
+    assert got["argmax_rows"] == (0, 2) and got["missing_all"] == (8, 8) and got["distinct_all"] == (1, 8)
+    files = write_table(result, tmp_path)
+    md = files["table.md"].read_text(encoding="utf-8")
+    assert "Across the checkpoints' cells" in md and "| Highest Δρ | 0.250 | 0.083 | +0.167 | 8 |" in md
+    record = json.loads(files["table.json"].read_text(encoding="utf-8"))
+    low = next(x for x in record["summaries"] if x["key"] == "drho_low")
+    assert low["paper"] == -0.2194 and math.isclose(low["difference"], 0.25 + 0.2194)
 
 
 def test_table11_median_is_log_scale() -> None:

@@ -9,7 +9,8 @@ and its interval the percentiles of the per-replicate means, so the interval of 
 the correlation the checkpoints share through their common items (averaging separate intervals
 would not). A paired difference (``minus``) is taken replicate by replicate, on the items both
 selections score. Descriptive statistics (``stat``: median, mean, share, count) have no interval;
-their average is the mean over checkpoints.
+their average is the mean over checkpoints. A summary reads across the checkpoints' cells (App. G
+prints the range and signs of its 28 cells, not the cells).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sleight.readout.reproduce import kinds
-from sleight.readout.reproduce.config import Average, Checkpoint, Column, TableConfig
+from sleight.readout.reproduce.config import Average, Checkpoint, Column, Summary, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
 from sleight.stats.downstream import answer_letter_auroc, constant_brier, leave_one_out, leave_one_out_intervals, log_median
 
@@ -61,6 +62,22 @@ class TableRow:
 
 
 @dataclass(frozen=True)
+class SummaryCell:
+    """A :class:`~sleight.readout.reproduce.config.Summary` computed: its value over ``n`` defined
+    checkpoint cells (NaN when none is defined)."""
+
+    summary: Summary
+    value: float
+    n: int
+
+    def as_dict(self) -> dict[str, object]:
+        s = self.summary
+        value = self.value if math.isfinite(self.value) else None
+        diff = value - s.paper if value is not None and s.paper is not None else None
+        return {"key": s.key, "label": s.label, "how": s.how, "columns": list(s.columns), "value": value, "n": self.n, "paper": s.paper, "difference": diff}
+
+
+@dataclass(frozen=True)
 class TableResult:
     """A table ready for the writers: its columns, rows (checkpoints, then averages) and the
     paper's numbers by (row name, column key)."""
@@ -80,6 +97,7 @@ class TableResult:
     seed: int = 0
     notes: tuple[str, ...] = ()
     leave_one_out: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    summaries: tuple[SummaryCell, ...] = ()
 
 
 def _letter_code(answer: Any) -> float:
@@ -168,6 +186,8 @@ def metric_cell(
     difference against the ``minus`` rows), on the replicates ``counts`` (units x replicates shared
     with every other checkpoint)."""
     assert column.metric is not None
+    if column.metric == "doc_spearman":
+        return doc_rho_cell(rows, column, units, counts, level)
     keys_a, s_a, y_a, u_a, g_a = _arrays(rows, column, kind, units, column.where)
     if column.minus is None:
         s, y, u, g = s_a, y_a, u_a, g_a
@@ -205,6 +225,49 @@ def metric_cell(
     return _interval(estimate, reps, level, n)
 
 
+def _doc_rhos(chosen: Sequence[Mapping[str, Any]], score: str, target: str) -> dict[str, float]:
+    """Each document's within-document Spearman of ``score`` against ``target`` (NaN: undefined)."""
+    from sleight.readout.scan.grades import per_document_rho
+
+    scores = [_number(r.get(score)) for r in chosen]
+    per = per_document_rho([x if math.isfinite(x) else None for x in scores], [_number(r.get(target)) for r in chosen], [str(r.get("doc_id")) for r in chosen])
+    return {str(d): math.nan if v is None else float(v) for d, v in per.items()}
+
+
+def _defined_mean(rho: NDArray[np.float64], w: NDArray[Any]) -> Any:
+    """The mean of the defined rhos, each document weighted by how often a replicate draws it."""
+    ok = np.isfinite(rho)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w[..., ok] @ rho[ok]) / w[..., ok].sum(axis=-1)
+
+
+def doc_rho_cell(rows: Sequence[Mapping[str, Any]], column: Column, units: Mapping[str, int], counts: NDArray[np.int64], level: float = 0.95) -> Cell:
+    """App. G's rho: the within-document Spearman of ``column.score`` against the target, averaged
+    over the documents where it is defined, minus the same of ``column.minus_score`` when given;
+    each replicate resamples documents and recomputes both averages on the same draw (the paired
+    document bootstrap). ``n`` counts the documents where the (first) rho is defined."""
+    chosen = select(rows, column.where)
+    target = column.target or "human"
+    a = _doc_rhos(chosen, column.score, target)
+    docs = list(a)
+    ra = np.asarray([a[d] for d in docs], dtype=np.float64)
+    rb = None
+    if column.minus_score is not None:
+        b = _doc_rhos(chosen, column.minus_score, target)
+        rb = np.asarray([b[d] for d in docs], dtype=np.float64)
+    n = int(np.isfinite(ra).sum())
+    one = np.ones(len(docs))
+    estimate = float(_defined_mean(ra, one)) - (float(_defined_mean(rb, one)) if rb is not None else 0.0)
+    B = counts.shape[0]
+    if not math.isfinite(estimate):
+        return Cell(math.nan, n=n, n_invalid=B, replicates=np.full(B, math.nan))
+    w = counts[:, np.asarray([units[d] for d in docs], dtype=np.intp)].astype(np.float64)
+    reps = np.asarray(_defined_mean(ra, w), dtype=np.float64)
+    if rb is not None:
+        reps = reps - np.asarray(_defined_mean(rb, w), dtype=np.float64)
+    return _interval(estimate, reps, level, n)
+
+
 def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     """A descriptive cell of one checkpoint: median / mean of a column over the selected rows (None
     and NaN left out), the share of rows whose column equals ``equals``, or the number of rows."""
@@ -216,13 +279,12 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
         y = [x for x in (_number(r.get(column.target or "correct")) for r in chosen) if math.isfinite(x)]
         value = constant_brier(y, column.constant if column.stat == "brier_constant" else None)
         return Cell(value, n=len(y))
-    if column.stat == "doc_spearman":  # App. G: within each document, then the mean over those that define it
-        from sleight.readout.scan.grades import within_document_spearman
-
-        scores = [_number(r.get(column.column or "")) for r in chosen]
-        human = [_number(r.get(column.target or "human")) for r in chosen]
-        w = within_document_spearman([x if math.isfinite(x) else None for x in scores], human, [r.get("doc_id") for r in chosen])
-        return Cell(math.nan if w.rho is None else float(w.rho), n=w.n_defined)
+    if column.stat in ("doc_spearman", "doc_undefined"):  # App. G: within each document, then the mean over those that define it
+        rho = np.asarray(list(_doc_rhos(chosen, column.column or "", column.target or "human").values()), dtype=np.float64)
+        defined = int(np.isfinite(rho).sum())
+        if column.stat == "doc_undefined":  # the documents where no rho exists (App. G's missing documents)
+            return Cell(float(rho.size - defined), n=int(rho.size))
+        return Cell(float(rho[np.isfinite(rho)].mean()) if defined else math.nan, n=defined)
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)
@@ -237,6 +299,28 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     if column.stat == "min":
         return Cell(float(nums.min()), n=int(nums.size))
     return Cell(float(np.median(nums) if column.stat == "median" else nums.mean()), n=int(nums.size))
+
+
+def summary_cell(summary: Summary, rows: Sequence[TableRow]) -> SummaryCell:
+    """``summary.how`` over the defined cells of its columns on the checkpoint rows."""
+    cells = [r.cells[k] for r in rows if r.kind == "checkpoint" for k in summary.columns]
+    cells = [c for c in cells if math.isfinite(c.estimate)]
+    est = np.asarray([c.estimate for c in cells], dtype=np.float64)
+    if not cells:
+        value = math.nan
+    elif summary.how in ("negative", "positive"):
+        value = float(np.sum(est < 0) if summary.how == "negative" else np.sum(est > 0))
+    elif summary.how == "excludes_zero":
+        value = float(sum(1 for c in cells if (c.low > 0 or c.high < 0)))  # NaN bounds compare False
+    else:
+        value = float(est.min() if summary.how == "min" else est.max() if summary.how == "max" else est.sum())
+    return SummaryCell(summary, value, len(cells))
+
+
+def sum_cell(cells: Sequence[Cell]) -> Cell:
+    """The sum over checkpoints (undefined when any member is), without an interval."""
+    est = [c.estimate for c in cells]
+    return Cell(float(np.sum(est)) if cells and all(math.isfinite(e) for e in est) else math.nan, n=len(cells))
 
 
 def average_cell(cells: Sequence[Cell], level: float = 0.95) -> Cell:
@@ -293,11 +377,14 @@ def aggregate(
         members = tuple(m for m in avg.select(checkpoints) if m in by_name)
         if not members:
             continue
-        cells = {col.key: average_cell([by_name[m].cells[col.key] for m in members], config.level) for col in config.columns}
         own = tuple(avg.select(config.checkpoints)) if config.checkpoints else members
         # an average over other checkpoints than the paper's is another row than the paper's (no difference)
         name = avg.name if members == own else f"{avg.name} of {', '.join(members)}"
         label = name if len(members) > 1 else f"{name} (1 checkpoint)"
+        if avg.how == "sum":  # a count over checkpoints (Table 15): no interval, no leave-one-out
+            rows.append(TableRow(name, label, "average", members, {col.key: sum_cell([by_name[m].cells[col.key] for m in members]) for col in config.columns}))
+            continue
+        cells = {col.key: average_cell([by_name[m].cells[col.key] for m in members], config.level) for col in config.columns}
         rows.append(TableRow(name, label, "average", members, cells))
         if len(members) >= 2:  # how much one checkpoint moves the average (leave-one-checkpoint-out, App. E)
             loo[avg.name] = {}
@@ -322,4 +409,5 @@ def aggregate(
         name=config.name, title=config.title, columns=config.columns, rows=tuple(rows), paper=config.paper, paper_ci=config.paper_ci,
         paper_rows=config.paper_rows, section=config.section, status=status,
         digits=config.digits, level=config.level, B=B, seed=seed, notes=tuple(notes), leave_one_out=loo,
+        summaries=tuple(summary_cell(s, rows) for s in config.summaries),
     )

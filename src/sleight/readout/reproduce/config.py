@@ -23,12 +23,16 @@ from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.spec import Checkpoint, RunSpec
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
-METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc")  # bootstrapped on shared replicates
+# bootstrapped on shared replicates; ``doc_spearman`` (App. G) is the within-document Spearman averaged over
+# the documents where it is defined, resampled by document (a run whose unit is ``doc_id``)
+METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc", "doc_spearman")
 # descriptive, no interval: ``min``/``below`` (items under ``floor``, §3's 0.5) for Table 3's columns,
 # ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12),
 # ``doc_spearman`` (App. G: Spearman of ``column`` against ``target`` within each ``doc_id``, averaged
-# over the documents where it is defined)
-STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman")
+# over the documents where it is defined), ``doc_undefined`` (App. G's missing documents: those where it is not)
+STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined")
+# a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells)
+SUMMARIES = ("min", "max", "sum", "negative", "positive", "excludes_zero")
 TARGET_STATS = ("brier_constant", "brier_fitted")
 SOURCES = ("auto", "paper", "fixture")
 
@@ -49,17 +53,33 @@ class Column:
     column: str | None = None
     equals: Any = None
     minus: Mapping[str, Any] | None = None
+    minus_score: str | None = None  # a paired difference against another score of the same rows (App. G's Δρ)
     integer: bool = False  # a count (printed without decimals)
     constant: float = 0.5  # brier_constant's forecast
     floor: float = 0.5  # below's threshold (§3: the diagnostic floor)
 
 
 @dataclass(frozen=True)
+class Summary:
+    """One number across a table's checkpoint cells: ``how`` (min, max, sum, or how many cells are
+    negative, positive, or have an interval excluding zero) over the ``columns`` given, beside the
+    number the paper prints for it (``paper``; None where it prints none)."""
+
+    key: str
+    label: str
+    columns: tuple[str, ...]
+    how: str
+    paper: float | None = None
+
+
+@dataclass(frozen=True)
 class Average:
-    """A row averaging checkpoints: ``members`` names them, or ``all``, or ``group:NAME``."""
+    """A row averaging checkpoints: ``members`` names them, or ``all``, or ``group:NAME``; ``how``
+    ``sum`` adds them instead (Table 15 counts the checkpoints where a row holds)."""
 
     name: str
     members: str | tuple[str, ...] = "all"
+    how: str = "mean"
 
     def select(self, checkpoints: Sequence[Checkpoint]) -> list[str]:
         if self.members == "all":
@@ -80,6 +100,7 @@ class TableConfig:
     columns: tuple[Column, ...]
     averages: tuple[Average, ...] = ()
     paper: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    summaries: tuple[Summary, ...] = ()
     limit: int | None = None
     B: int = 20000
     seed: int = 0
@@ -235,6 +256,12 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
         raise r.fail(where, "stat share needs equals (the value whose share is counted)")
     if obj.get("minus") is not None and metric is None:
         raise r.fail(f"{where}.minus", "a paired difference needs a metric")
+    if obj.get("minus_score") is not None and metric is None:
+        raise r.fail(f"{where}.minus_score", "a paired difference needs a metric")
+    if metric == "doc_spearman" and kinds.kind(command).unit != "doc_id":
+        raise r.fail(f"{where}.metric", f"doc_spearman resamples documents; {command}'s readings are resampled by {kinds.kind(command).unit}")
+    if stat in ("doc_spearman", "doc_undefined") and not obj.get("column"):
+        raise r.fail(where, f"stat {stat} needs a column")
     known = kinds.kind(command).columns()
     values = kinds.kind(command).values()
     for part in ("where", "minus"):
@@ -244,7 +271,7 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
                 raise r.fail(f"{where}.{part}.{c}", f"not a column of {command}'s readings")
             if c in values and v not in values[c]:
                 raise r.fail(f"{where}.{part}.{c}", f"'{v}' is not one of {', '.join(values[c])}")
-    for part in ("score", "target", "column"):
+    for part in ("score", "target", "column", "minus_score"):
         named = obj.get(part)
         if named is not None and named not in known:
             raise r.fail(f"{where}.{part}", f"'{named}' is not a column of {command}'s readings")
@@ -252,7 +279,7 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
     return Column(
         key=key, label=str(label), run=run, where=dict(obj.get("where") or {}), metric=metric, stat=stat,
         score=str(obj.get("score") or "score"), target=obj.get("target"), column=obj.get("column"), equals=obj.get("equals"),
-        minus=dict(obj["minus"]) if obj.get("minus") is not None else None,
+        minus=dict(obj["minus"]) if obj.get("minus") is not None else None, minus_score=obj.get("minus_score"),
         constant=float(obj.get("constant", 0.5)), floor=float(obj.get("floor", 0.5)), integer=bool(obj.get("integer")) or stat in ("count", "below"),
     )
 
@@ -298,7 +325,7 @@ def load_table(name: str | Path) -> TableConfig:
     obj = r.mapping(raw, "(top level)")
     known = (
         "table", "title", "section", "inferred", "pending", "unreproducible", "checkpoints", "runs", "columns", "averages", "paper", "paper_rows",
-        "limit", "bootstrap", "digits", "notes", "dtype",
+        "summaries", "limit", "bootstrap", "digits", "notes", "dtype",
     )
     r.unknown(obj, known, "(top level)")
     section = r.text(obj, "section", "(top level)")
@@ -318,7 +345,10 @@ def load_table(name: str | Path) -> TableConfig:
     averages = []
     for k, a in enumerate(obj.get("averages") or []):
         a = r.mapping(a, f"averages[{k}]")
-        r.unknown(a, ("name", "members"), f"averages[{k}]")
+        r.unknown(a, ("name", "members", "how"), f"averages[{k}]")
+        how = a.get("how", "mean")
+        if how not in ("mean", "sum"):
+            raise r.fail(f"averages[{k}].how", f"expected mean or sum, got {how!r}")
         members = a.get("members", "all")
         if isinstance(members, list):
             missing = [m for m in members if m not in names]
@@ -327,7 +357,7 @@ def load_table(name: str | Path) -> TableConfig:
             members = tuple(members)
         elif not (members == "all" or (isinstance(members, str) and members.startswith("group:"))):
             raise r.fail(f"averages[{k}].members", "expected all, group:NAME or a list of checkpoint names")
-        averages.append(Average(r.text(a, "name", f"averages[{k}]"), members))
+        averages.append(Average(r.text(a, "name", f"averages[{k}]"), members, how))
     paper_raw = r.mapping(obj.get("paper"), "paper")
     paper_rows = tuple(str(x) for x in obj.get("paper_rows") or ())
     rows = set(names) | {a.name for a in averages} | set(paper_rows)
@@ -348,13 +378,36 @@ def load_table(name: str | Path) -> TableConfig:
             if not _is_number(v):
                 raise r.fail(f"paper.{row}.{key}", f"expected a number or [estimate, low, high], got {v!r}")
             paper.setdefault(row, {})[key] = float(v)
+    summaries = tuple(_summary(r, k, s, keys) for k, s in enumerate(r.items(obj["summaries"], "summaries") if obj.get("summaries") is not None else ()))
+    if len({s.key for s in summaries} | keys) != len(summaries) + len(keys):
+        raise r.fail("summaries", "summary keys must be unique and differ from the column keys")
     B, seed, level, dtype, limit = _run_settings(r, obj)
     return TableConfig(
         name=str(obj.get("table") or path.stem), title=str(obj.get("title") or path.stem), path=path, checkpoints=checkpoints,
-        runs=runs, columns=columns, averages=tuple(averages), paper=paper, limit=limit, B=B, seed=seed, level=level,
+        runs=runs, columns=columns, averages=tuple(averages), paper=paper, summaries=summaries, limit=limit, B=B, seed=seed, level=level,
         digits=int(obj.get("digits", 3)), notes=tuple(str(n) for n in obj.get("notes") or ()), inferred=str(obj.get("inferred") or ""),
         section=section, pending=pending, unreproducible=unrepro, paper_rows=paper_rows, paper_ci=paper_ci, dtype=dtype,
     )
+
+
+def _summary(r: _Reader, k: int, raw: Any, keys: set[str]) -> Summary:
+    where = f"summaries[{k}]"
+    obj = r.mapping(raw, where)
+    r.unknown(obj, [f.name for f in dataclasses.fields(Summary)], where)
+    how = r.text(obj, "how", where)
+    if how not in SUMMARIES:
+        raise r.fail(f"{where}.how", f"'{how}' is not one of {', '.join(SUMMARIES)}")
+    columns = obj.get("columns")
+    if not isinstance(columns, list) or not columns:
+        raise r.fail(f"{where}.columns", "expected a list of column keys")
+    unknown = [c for c in columns if c not in keys]
+    if unknown:
+        raise r.fail(f"{where}.columns", f"not column keys of this table: {', '.join(map(str, unknown))}")
+    paper = obj.get("paper")
+    if paper is not None and not _is_number(paper):
+        raise r.fail(f"{where}.paper", f"expected a number, got {paper!r}")
+    key = r.text(obj, "key", where)
+    return Summary(key, str(obj.get("label") or key), tuple(map(str, columns)), how, None if paper is None else float(paper))
 
 
 def _run_settings(r: _Reader, obj: Mapping[str, Any]) -> tuple[int, int, float, str | None, int | None]:

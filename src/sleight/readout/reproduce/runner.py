@@ -299,6 +299,7 @@ def write_table(result: TableResult, out: Path, *, runs: Sequence[Mapping[str, A
         "paper": result.paper,
         "paper_intervals": {r: {k: list(v) for k, v in cells.items()} for r, cells in result.paper_ci.items()},
         "leave_one_out": result.leave_one_out,
+        "summaries": [sc.as_dict() for sc in result.summaries],
         "notes": list(result.notes),
         "runs": list(runs),
     }

@@ -15,7 +15,7 @@ import io
 import math
 from collections.abc import Callable
 
-from sleight.readout.reproduce.aggregate import Cell, TableResult
+from sleight.readout.reproduce.aggregate import Cell, SummaryCell, TableResult
 from sleight.render import MISSING, fmt, md_table
 
 DASH = MISSING
@@ -87,6 +87,31 @@ def _grid(table: TableResult) -> tuple[list[str], list[tuple[str, list[str]]]]:
     return header, body
 
 
+def _summary_grid(table: TableResult) -> tuple[list[str], list[list[str]]]:
+    """The summaries across cells: what each counts, reproduced, published, difference, cells read."""
+    header = ["Across the checkpoints' cells", REPRODUCED, PUBLISHED, DIFFERENCE, "cells"]
+    body = []
+    for sc in table.summaries:
+        count = sc.summary.how not in ("min", "max") or all(c.integer for c in table.columns if c.key in sc.summary.columns)
+        d = summary_difference(sc)
+        cells = [_summary_text(x, table.digits, count=count) for x in (sc.value, sc.summary.paper)]
+        body.append([sc.summary.label, *cells, _summary_text(d, table.digits, count=count, signed=True), str(sc.n)])
+    return header, body
+
+
+def _summary_text(x: float | None, digits: int, *, count: bool, signed: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return DASH
+    if count:
+        return f"{int(x):+d}" if signed else str(int(x))
+    return number_text(x, digits, signed=signed)
+
+
+def summary_difference(sc: SummaryCell) -> float | None:
+    """Reproduced − published for a summary, where both exist."""
+    return sc.value - sc.summary.paper if sc.summary.paper is not None and _finite(sc.value) else None
+
+
 def _caption(table: TableResult) -> str:
     text = (
         f"{table.section}. Intervals: {round(table.level * 100)}% percentile bootstrap, {table.B} replicates (seed {table.seed}) shared by every "
@@ -101,6 +126,8 @@ def _caption(table: TableResult) -> str:
 def to_markdown(table: TableResult) -> str:
     header, body = _grid(table)
     out = [f"# {table.title}", "", *md_table(header, [cells for _kind, cells in body]), "", _caption(table)]
+    if table.summaries:
+        out += ["", *md_table(*_summary_grid(table))]
     out += [f"- {n}" for n in table.notes]
     return "\n".join(out) + "\n"
 
