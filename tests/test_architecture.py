@@ -75,7 +75,7 @@ def test_every_package_says_what_it_is() -> None:
 # tier and those below it, never one above. Tiers list bottom first.
 TIERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "backends": (
-        ("base", "heap", "resolve"),
+        ("base", "heap", "resolve", "memory", "architectures"),
         ("tokens", "spec", "kv_slab", "ragged", "cache_ops", "decode_state", "transport", "vllm_wire"),
         ("sampling", "decode_stream", "vllm_registry"),
         ("hf", "request_engine"),

@@ -12,8 +12,9 @@ from sleight.cli.common import model_spec_from_args
 from sleight.cli.main import build_parser
 from sleight.errors import UserError
 from sleight.readout.reproduce import ModelCache, load_table
-from sleight.readout.reproduce.plan import dry_run_lines, memory_gib, plan
+from sleight.readout.reproduce.plan import dry_run_lines, memory, memory_gib, plan
 from sleight.readout.reproduce.spec import Checkpoint
+from tolerances import FLOAT64_RTOL
 
 CK = Checkpoint("qwen3-32b", "Qwen/Qwen3-32B", params_b=32.8)
 
@@ -42,15 +43,19 @@ def test_a_checkpoint_loads_in_the_tables_dtype_unless_the_command_gives_one():
 
 
 def test_the_plan_sizes_memory_in_the_pinned_dtype():
-    """Qwen3-32B: ~76 GiB of float16 weights with the margin, twice that in float32 (the unpinned hf
-    default) -- the plan printed 76 while the run loaded float32."""
+    """Qwen3-32B: its weights and KV cache in float16, twice those in float32 (the unpinned hf
+    default) -- the plan once printed float16's memory while the run loaded float32."""
     config = replace(load_table("table3"), checkpoints=(CK,), dtype="float16")
-    assert [r.memory_gib for r in plan(config, [CK])][0] == pytest.approx(memory_gib(CK, "float16"))
-    assert memory_gib(CK, "float32") == pytest.approx(2 * memory_gib(CK, "float16"))
+    spec = next(iter(config.runs.values()))
+    half, full = memory(CK, "float16", spec), memory(CK, "float32", spec)
+    assert half is not None and full is not None
+    assert [r.memory_gib for r in plan(config, [CK])][0] == pytest.approx(half.total_gib, rel=FLOAT64_RTOL)
+    assert full.weights_gib == pytest.approx(2 * half.weights_gib, rel=FLOAT64_RTOL)
+    assert full.kv_gib == pytest.approx(2 * half.kv_gib, rel=FLOAT64_RTOL)
     lines = dry_run_lines(config, [CK])
-    assert "weights in float16" in lines[0] and f"{memory_gib(CK, 'float16'):.0f} GiB" in "\n".join(lines)
+    assert "weights in float16" in lines[0] and f"{memory_gib(CK, 'float16', spec):.0f} GiB" in "\n".join(lines)
     lines = dry_run_lines(config, [CK], dtype="float32")
-    assert "weights in float32" in lines[0] and f"{memory_gib(CK, 'float32'):.0f} GiB" in "\n".join(lines)
+    assert "weights in float32" in lines[0] and f"{memory_gib(CK, 'float32', spec):.0f} GiB" in "\n".join(lines)
 
 
 def test_a_config_dtype_outside_the_engines_is_one_line(tmp_path):
@@ -83,6 +88,5 @@ def test_the_dry_run_prints_the_pinned_dtypes_memory(capsys):
     out = capsys.readouterr().out
     config = load_table("table3")
     assert "weights in float16" in out
-    for ck in config.checkpoints:
-        if ck.params_b is not None:
-            assert f"memory {memory_gib(ck, 'float16'):.0f} GiB".replace("memory ", "") in out
+    for r in plan(config, config.checkpoints):
+        assert r.memory_gib is not None and f"memory {r.memory_gib:>4.0f} GiB" in out

@@ -2,25 +2,35 @@
 
 Per checkpoint and run: the items (the paper's sample size, or ``--limit``), the forward passes (one
 per prefilled context plus one per decoded token, at the run's token caps: an upper bound), the GPU
-memory of the weights in float16 with a margin for the KV cache, and an estimate of GPU-hours. Pure
-arithmetic on the config; no hub, no model. The throughput constants are this project's assumptions
-(an H100/H200-class GPU), not the paper's: the estimate sizes a job, it measures nothing.
+memory in the dtype the run loads in, and an estimate of GPU-hours. Memory, where the checkpoint's
+architecture is known (:func:`sleight.backends.architectures.architecture`: the shipped table by hub
+id, or a folder's config.json), is three terms from :mod:`sleight.backends.memory`: the weights
+counted by tensor, the KV cache of one batch (``BATCH`` rows of the run's context plus what a context
+decodes), and the activations of that batch's prefill (its ``BATCH`` x context tokens, and the
+logits of ``BATCH`` rows, as vLLM's profiling run counts a batch); otherwise the parameters in that
+dtype with a 25% margin. Pure arithmetic on the config and the shipped table; no hub, no model. The
+throughput constants are this project's assumptions (an H100/H200-class GPU), not the paper's: the
+estimate sizes a job, it measures nothing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sleight.backends import memory as mem
+from sleight.backends.architectures import architecture
 from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.config import Checkpoint, RunSpec, TableConfig
 
 BYTES_PER_PARAM = 2  # float16 / bfloat16 weights (Table 3's caption: float16 forward passes)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}  # auto: the paper's checkpoints ship 16-bit weights
-MEMORY_MARGIN = 1.25  # KV cache, activations, the engine's own (assumed)
+MEMORY_MARGIN = 1.25  # KV cache, activations, the engine's own (assumed), where no architecture is known
 PREFILL_FLOPS = 0.35 * 989e12  # sustained dense float16 FLOP/s in prefill (assumed)
 BANDWIDTH = 4.0e12  # bytes/s of weight reads in a decode step (assumed)
 BATCH = 64  # rows decoded together (reproduce's default --batch-size)
+DEFAULT_CONTEXT = 300  # a prompt's typical length where no run names its kind (kinds/base.py RunKind.context_tokens)
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class RunPlan:
     decode_steps: int  # decoded tokens (each one forward pass, batched)
     memory_gib: float | None
     gpu_hours: float | None
+    terms: mem.Memory | None = None  # weights, KV cache and activations (None: no architecture known)
 
     @property
     def passes(self) -> int:
@@ -43,8 +54,33 @@ def per_item(spec: RunSpec) -> tuple[int, int]:
     return kinds.kind(spec.command).per_item(spec.settings)
 
 
-def memory_gib(ck: Checkpoint, dtype: str = "float16") -> float | None:
-    """The weights in ``dtype`` with the margin; None where the checkpoint's size is unknown."""
+def row_tokens(spec: RunSpec | None) -> tuple[int, int]:
+    """(prefilled tokens, tokens a row holds) of one row of ``spec``'s batch: its kind's typical
+    context, plus the tokens one context decodes at the run's caps (an upper bound)."""
+    if spec is None:
+        return DEFAULT_CONTEXT, DEFAULT_CONTEXT
+    context = kinds.kind(spec.command).context_tokens
+    contexts, decoded = per_item(spec)
+    return context, context + math.ceil(decoded / max(contexts, 1))
+
+
+def memory(ck: Checkpoint, dtype: str = "float16", spec: RunSpec | None = None) -> mem.Memory | None:
+    """Weights, KV cache and activations of ``ck`` in ``dtype`` for one batch of ``spec``'s rows
+    (module docstring); None where the checkpoint's architecture is unknown."""
+    arch = architecture(ck.model)
+    if arch is None:
+        return None
+    prefill, held = row_tokens(spec)
+    batch = mem.Profile(batched_tokens=BATCH * prefill, seqs=BATCH, block_size=1, in_flight=1)  # the hf engine's cache holds exactly its tokens
+    return mem.memory(arch.config, None, dtype, held, batch, sequences=BATCH, extra_params=arch.encoder_params())
+
+
+def memory_gib(ck: Checkpoint, dtype: str = "float16", spec: RunSpec | None = None) -> float | None:
+    """GPU memory of ``ck`` in ``dtype`` for ``spec``: :func:`memory`'s three terms together, else the
+    parameters with the margin; None where neither the architecture nor the size is known."""
+    terms = memory(ck, dtype, spec)
+    if terms is not None:
+        return terms.total_gib
     return None if ck.params_b is None else ck.params_b * 1e9 * DTYPE_BYTES[dtype] * MEMORY_MARGIN / 2**30
 
 
@@ -74,7 +110,7 @@ def plan(config: TableConfig, checkpoints: Sequence[Checkpoint], limit: int | No
             if limit is not None:
                 n = min(n, limit) if n else limit
             c, d = per_item(spec)
-            out.append(RunPlan(ck.name, name, n, n * c, n * d, memory_gib(ck, wd), gpu_hours(ck, spec.command, n * c, n * d)))
+            out.append(RunPlan(ck.name, name, n, n * c, n * d, memory_gib(ck, wd, spec), gpu_hours(ck, spec.command, n * c, n * d), memory(ck, wd, spec)))
     return out
 
 
@@ -90,11 +126,21 @@ def _gib(x: float | None) -> str:
     return "?" if x is None else f"{x:.0f} GiB"
 
 
+def _terms(m: mem.Memory | None) -> str:
+    """The three terms of a memory estimate, or the margin's note where there are none."""
+    if m is None:
+        return "parameters x dtype, +25%"
+    return f"weights {m.weights_gib:.1f} + KV {m.kv_gib:.1f} + activations {m.activation_gib:.1f}"
+
+
 def list_lines(config: TableConfig) -> list[str]:
     """``reproduce --list``: the item, its section, status, checkpoints (at their revisions) and needs."""
     rows = plan(config, config.checkpoints)
     wd = weights_dtype(config)
-    mem = [r.memory_gib for r in rows if r.memory_gib is not None] or [ck for ck in (memory_gib(c, wd) for c in config.checkpoints) if ck is not None]
+    sized = [(r.memory_gib, r.terms) for r in rows if r.memory_gib is not None]
+    if not sized:
+        sized = [(g, memory(c, wd)) for c in config.checkpoints if (g := memory_gib(c, wd)) is not None]
+    largest = max(sized, key=lambda x: x[0]) if sized else None
     items = ", ".join(f"{name} {spec.items or '?'}" for name, spec in config.runs.items()) or "—"
     per_ck = {ck.name: sum(r.passes for r in rows if r.checkpoint == ck.name) for ck in config.checkpoints}
     passes = max(per_ck.values()) if per_ck else 0
@@ -103,8 +149,9 @@ def list_lines(config: TableConfig) -> list[str]:
         f"{config.name:<14} {config.title}",
         f"{'':<14} {config.section}; {status(config)}",
         f"{'':<14} checkpoints: {cks}",
-        f"{'':<14} needs: GPU memory {_gib(max(mem) if mem else None)} (largest checkpoint, {wd}), items {items}, "
-        f"forward passes ≤{passes:,} per checkpoint",
+        f"{'':<14} needs: GPU memory {_gib(largest[0] if largest else None)} (largest checkpoint, {wd}"
+        + (f": {_terms(largest[1])}" if largest else "")
+        + f"), items {items}, forward passes ≤{passes:,} per checkpoint",
     ]
 
 
@@ -119,6 +166,10 @@ def dry_run_lines(config: TableConfig, checkpoints: Sequence[Checkpoint], limit:
     for r in rows:
         hours = "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}"
         total += r.gpu_hours or 0.0
-        out.append(f"  {r.checkpoint:<28} {r.run:<16} items {r.items:>5}  passes ≤{r.passes:>9,}  memory {_gib(r.memory_gib):>8}  GPU-hours ~{hours}")
-    out.append(f"  total ~{total:.2f} GPU-hours (estimate: {BATCH} rows a batch, assumed throughput; see sleight.readout.reproduce.plan)")
+        terms = f" ({_terms(r.terms)})" if r.memory_gib is not None else ""
+        out.append(f"  {r.checkpoint:<28} {r.run:<16} items {r.items:>5}  passes ≤{r.passes:>9,}  memory {_gib(r.memory_gib):>8}{terms}  GPU-hours ~{hours}")
+    out.append(
+        f"  total ~{total:.2f} GPU-hours (estimate: {BATCH} rows a batch, assumed throughput; memory: weights by tensor, the batch's KV cache "
+        "and its prefill's activations; see sleight.readout.reproduce.plan)"
+    )
     return out

@@ -1,6 +1,8 @@
-"""The dry run's numbers: each model's GPU memory (its weights against vLLM's share of the GPU, and
-an hf twin's where one scores) and time from the two-phase cost model, and the plan as lines. Pure
-but for reading the question files and which parts are committed."""
+"""The dry run's numbers: each model's GPU memory against vLLM's share of the GPU (its weights counted
+tensor by tensor, the KV cache of one request at ``max_model_len`` and the activations of vLLM's
+profiling run, :mod:`sleight.backends.memory`; and an hf twin's weights where one scores) and time
+from the two-phase cost model, and the plan as lines. Pure but for reading the question files, the
+shipped architectures (or a local checkpoint's config.json) and which parts are committed."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from sleight.backends import memory as mem
+from sleight.backends.architectures import architecture
 from sleight.backends.spec import GPU_MEMORY_UTILIZATION, ModelSpec
 from sleight.tamper.job import TrialSettings
 from sleight.tamper.sweep.config import Gpu, Model
@@ -56,6 +60,15 @@ class Estimate:
     task_s: float | None  # one shard: its questions plus one load
     gpu_hours: float | None  # the model's tasks together
     note: str = ""
+    kv_gib: float | None = None  # vLLM's KV cache for one request at max_model_len, all GPUs (None: no architecture known)
+    activation_gib: float | None = None  # the transient peak of vLLM's profiling run, on each GPU
+
+    @property
+    def engine_gib(self) -> float | None:
+        """The engine's weights, KV cache and activations together (what its share must hold)."""
+        if self.weights_gib is None:
+            return None
+        return self.weights_gib + (self.kv_gib or 0.0) + (self.activation_gib or 0.0)
 
 
 def bytes_per_param(m: Model, spec: ModelSpec) -> tuple[float, float]:
@@ -82,28 +95,72 @@ def memory_share(spec: ModelSpec) -> float:
     return GPU_MEMORY_UTILIZATION[spec.scorer]
 
 
-def estimate(m: Model, spec: ModelSpec, budget: int, n_questions: int, n_substitutes: int, shards: int, gpu: Gpu, cost: CostModel = CostModel()) -> Estimate:
-    """Memory and time of one subject (pure); ``None`` where the file gives no ``params_b``.
+def _dtype(spec: ModelSpec) -> str:
+    """The weights' dtype a spec loads in: its own, else the engine's default on a GPU."""
+    return str(spec.dtype or ("auto" if spec.engine == "vllm" else "float32"))
 
-    A vllm subject fits when its weights take less than vLLM's share of the GPU (the rest of the
-    share is its KV cache); under ``scorer: twin`` the hf twin must fit in what vLLM leaves."""
+
+def _memory(spec: ModelSpec, gpu: Gpu) -> tuple[mem.Memory, float | None] | None:
+    """(the engine's memory, the hf twin's weights or None) from the model's architecture; None
+    where none is known (neither a folder with a config.json nor a shipped entry)."""
+    arch = architecture(spec.model)
+    if arch is None:
+        return None
+    dtype = _dtype(spec)
+    config = arch.config
+    extra = arch.encoder_params(spec.limit_mm_per_prompt)
+    limit = spec.max_model_len or mem.context_length(config)  # vLLM's default: the model's own
+    profile = mem.vllm_profile(gpu.name, gpu.memory_gib, spec.engine_args)
+    engine = mem.memory(config, spec.quantization, dtype, limit, profile, extra_params=extra)
+    twin = None
+    if spec.engine == "vllm" and spec.scorer == "twin":
+        quant = str(spec.quantization or "").lower()
+        on_load = any(quant.startswith(q) for q in QUANTIZED_ON_LOAD)  # the checkpoint holds 16-bit weights
+        twin = mem.weights_bytes(config, None if on_load else spec.quantization, dtype, extra) / GIB
+    return engine, twin
+
+
+def estimate(m: Model, spec: ModelSpec, budget: int, n_questions: int, n_substitutes: int, shards: int, gpu: Gpu, cost: CostModel = CostModel()) -> Estimate:
+    """Memory and time of one subject (pure but for reading its architecture); ``None`` where the
+    file gives no ``params_b`` and no architecture is known.
+
+    Memory: with the model's architecture known (:func:`sleight.backends.architectures.architecture`),
+    its weights by tensor, the KV cache of one request at ``max_model_len`` (vLLM refuses to start
+    without it) and the activations of vLLM's profiling run at its defaults for this GPU
+    (:mod:`sleight.backends.memory`); a vllm subject fits when weights and KV (over its
+    tensor-parallel GPUs) and the activations (on each) take no more than vLLM's share of the GPU.
+    Without one, the weights from ``params_b`` x bytes per parameter only, against the share. Under
+    ``scorer: twin`` the hf twin's weights must fit in what vLLM leaves. Time: the two-phase cost
+    model, bytes per parameter x active parameters."""
     if spec.engine == "openai":
         return Estimate(None, None, None, None, None, None, None, "served elsewhere: nothing loads here")
-    if not m.params_b:
+    known = _memory(spec, gpu)
+    if not m.params_b and known is None:
         return Estimate(None, None, None, None, None, None, None, "give params_b for an estimate")
     engine = spec.engine
     tp = spec.devices
     eb, tb = bytes_per_param(m, spec)
-    weights = m.params_b * 1e9 * eb / GIB
-    twin = m.params_b * 1e9 * tb / GIB if engine == "vllm" and spec.scorer == "twin" else None
-    per_gpu = weights / tp + (twin or 0.0)
     share = memory_share(spec) if engine == "vllm" else 1.0
+    kv = act = None
+    if known is not None:
+        memory, twin = known
+        weights, kv, act = memory.weights_gib, memory.kv_gib, memory.activation_gib
+        per_gpu = (weights + kv) / tp + act + (twin or 0.0)
+        needed = (weights + kv) / tp + act
+    else:
+        params = m.params_b or 0.0
+        weights = params * 1e9 * eb / GIB
+        twin = params * 1e9 * tb / GIB if engine == "vllm" and spec.scorer == "twin" else None
+        per_gpu = weights / tp + (twin or 0.0)
+        needed = weights / tp
     fits = None
     if engine == "vllm":
-        fits = weights / tp < share * gpu.memory_gib and (twin or 0.0) < (1 - share) * gpu.memory_gib
+        fits = needed < share * gpu.memory_gib and (twin or 0.0) < (1 - share) * gpu.memory_gib
     if engine != "vllm":
         note = "the cost model is vLLM's on a GPU; see docs/results.md for the hf engine's measured speed"
-        return Estimate(weights, twin, per_gpu, fits, None, None, None, note)
+        return Estimate(weights, twin, weights / tp + (twin or 0.0), fits, None, None, None, note)
+    if not m.params_b:
+        return Estimate(weights, twin, per_gpu, fits, None, None, None, "give params_b for a time estimate", kv, act)
     active = (m.active_params_b or m.params_b) * 1e9
     slow = (active * eb / 1e9) / cost.ref_weights_gb * cost.ref_bandwidth_gbs / gpu.bandwidth_gbs / tp
     slow_twin = (active * tb / 1e9) / cost.ref_weights_gb * cost.ref_bandwidth_gbs / gpu.bandwidth_gbs
@@ -114,7 +171,7 @@ def estimate(m: Model, spec: ModelSpec, budget: int, n_questions: int, n_substit
     phase_b = n_substitutes * cost.reply_tokens * f / cost.twin_tokens_per_s * (slow_twin if twin else slow)
     question = phase_a + clean + phase_b
     per_task = math.ceil(n_questions / shards) * question + cost.load_s
-    return Estimate(weights, twin, per_gpu, fits, question, per_task, shards * per_task * tp / 3600.0)
+    return Estimate(weights, twin, per_gpu, fits, question, per_task, shards * per_task * tp / 3600.0, "", kv, act)
 
 
 def _counts(trials: TrialSettings) -> tuple[int, int]:
@@ -171,11 +228,15 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
     no model (reads only the question and substitute files, and which parts are committed)."""
     cfg, gpu = plan.config, plan.config.gpu
     lines = [f"sweep plan from {cfg.source}: {len(cfg.subjects)} model(s), {len(plan.tasks)} task(s), runs in {plan.out}"]
+    profile = mem.vllm_profile(gpu.name, gpu.memory_gib)
     lines.append(
         f"estimates for one {gpu.name} ({gpu.memory_gib:g} GiB, {gpu.bandwidth_gbs:g} GB/s) from the two-phase cost model "
-        f"(docs/engines.md); memory is the weights (and an hf twin's under scorer twin); vLLM's KV cache takes the rest of its share"
+        f"(docs/engines.md); memory (sleight.backends.memory): the weights counted by tensor, KV for one request at max_model_len, "
+        f"and the activations of vLLM's profiling run ({profile.batched_tokens} tokens, {profile.seqs} rows: its defaults for this GPU), "
+        f"plus an hf twin's weights under scorer twin; vLLM's KV cache takes the rest of its share"
     )
-    header = ["model", "hub id or path", "load", "trials", "tasks", "weights GiB", "twin GiB", "per GPU GiB", "fits", "per task", "GPU-h", "committed"]
+    header = ["model", "hub id or path", "load", "trials", "tasks", "weights GiB", "KV GiB", "act GiB", "twin GiB", "per GPU GiB", "fits", "per task", "GPU-h",
+              "committed"]  # fmt: skip
     rows: list[list[str]] = []
     total_h, longest, total_trials, total_committed = 0.0, 0.0, 0, 0
     missing_estimate, too_big, served = [], [], []
@@ -196,9 +257,11 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
         else:
             missing_estimate.append(m.name)
         if est.fits is False:
-            too_big.append(f"{m.name} ({_gib(est.weights_gib)} GiB of weights over {memory_share(spec):g} x {gpu.memory_gib:g} GiB)")
+            what = "of weights" if est.kv_gib is None else "of weights, KV and activations"
+            too_big.append(f"{m.name} ({_gib(est.engine_gib)} GiB {what} over {memory_share(spec):g} x {gpu.memory_gib:g} GiB)")
         fits = "—" if est.fits is None else ("yes" if est.fits else "NO")
-        rows.append([m.name, m.model, load_text(spec), f"{q}x{s}", str(shards), _gib(est.weights_gib), "none" if est.twin_gib is None and est.weights_gib is not None else _gib(est.twin_gib),
+        rows.append([m.name, m.model, load_text(spec), f"{q}x{s}", str(shards), _gib(est.weights_gib), _gib(est.kv_gib), _gib(est.activation_gib),
+                     "none" if est.twin_gib is None and est.weights_gib is not None else _gib(est.twin_gib),
                      _gib(est.per_gpu_gib), fits, _dur(est.task_s), "—" if est.gpu_hours is None else f"{est.gpu_hours:.1f}", f"{done}/{q * s}"])  # fmt: skip
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
@@ -213,9 +276,9 @@ def plan_lines(plan: Plan, cost: CostModel = CostModel()) -> list[str]:
         lines.append("time: no estimate (" + (", ".join(missing_estimate[:3]) + (" ..." if len(missing_estimate) > 3 else "")) + ": no params_b, or not on vllm)")
     if served:
         lines.append(f"served: {', '.join(served)} send requests to their servers (a task asks for no GPU; the servers' speed decides the time)")
-    known = [r for r in rows if r[8] != "—"]
+    known = [r for r in rows if r[header.index("fits")] != "—"]
     if too_big:
-        lines.append(f"fits NO: {'; '.join(too_big)}: vLLM's share of the GPU cannot hold the weights (or the rest cannot hold the hf twin)")
+        lines.append(f"fits NO: {'; '.join(too_big)}: vLLM's share of the GPU cannot hold them (or the rest cannot hold the hf twin)")
     elif known:
         lines.append(f"fits: all {len(known)} model(s) with an estimate fit one {gpu.name} ({gpu.memory_gib:g} GiB), one at a time")
     lines += _jury_lines(plan)
@@ -237,10 +300,13 @@ def _jury_lines(plan: Plan) -> list[str]:
     lines = [f"jury: {size}, {prompt}, vote {jury.vote}, up to {jury.max_new_tokens} tokens per vote, after every subject has run"]
     for j in jury.judges:
         where = f"endpoint {j.endpoint}" if j.endpoint else load_text(j.spec)
-        mem = ""
-        if j.params_b and not j.endpoint:
+        size = ""
+        if not j.endpoint:
             est = estimate(j, j.spec, 1, 1, 1, 1, plan.config.gpu)
             fit = "" if est.fits is None else (", fits" if est.fits else ", does NOT fit")
-            mem = f", weights about {_gib(est.weights_gib)} GiB{fit}"
-        lines.append(f"  {j.name}: {j.model} ({where}{mem})" + (f", lineage {j.lineage}" if j.lineage else ""))
+            if est.kv_gib is not None:
+                size = f", memory about {_gib(est.engine_gib)} GiB (weights {_gib(est.weights_gib)}, KV {_gib(est.kv_gib)}, activations {_gib(est.activation_gib)}){fit}"
+            elif est.weights_gib is not None:
+                size = f", weights about {_gib(est.weights_gib)} GiB{fit}"
+        lines.append(f"  {j.name}: {j.model} ({where}{size})" + (f", lineage {j.lineage}" if j.lineage else ""))
     return lines
