@@ -159,6 +159,31 @@ def test_score_tokens_and_unhooked_greedy_equal_hf(vmodel, model, prompts):
     assert not vmodel.twin_loaded
 
 
+def test_a_local_judge_on_vllm_sends_every_prompt_at_once_and_reads_no_records(vmodel, model, monkeypatch):
+    """Issue #35 item 3: a judge on in-process vLLM (``LocalChat``) asks ``generate_until`` for all its
+    prompts at once, and its replies are those its ``greedy`` gave before (the same tokens and finish
+    reasons, the hf engine's too), without ``greedy``'s second read of each prompt to score them."""
+    from sleight.backends.chat import LocalChat
+
+    convs = [[{"role": "user", "content": q}] for q in ("Say hello.", "Is water wet? Answer in one word.", "Name a colour.", "Count to three.")]
+    prompts = [vmodel.render_chat(c).ids for c in convs]
+    calls = {"score_tokens": 0}
+    score = vmodel.score_tokens
+
+    def counted(*a, **k):
+        calls["score_tokens"] += 1
+        return score(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(vmodel, "score_tokens", counted)
+        got = LocalChat(vmodel).chat_many(convs, max_tokens=24)
+    assert calls["score_tokens"] == 0
+    before = vmodel.greedy(prompts, 24, top_k=1)
+    hf = model.greedy(prompts, 24, top_k=1)
+    assert [r.text for r in got] == [vmodel.decode(g.token_ids) for g in before] == [model.decode(g.token_ids) for g in hf]
+    assert [r.finish_reason for r in got] == [g.finish_reason for g in before] == [g.finish_reason for g in hf]
+
+
 def test_records_read_while_generating_equal_the_scoring_pass(vmodel, model, prompts):
     """Two-phase on vLLM keeps the records vLLM returns as it generates (no scoring pass): each
     generated token's log-prob and top-20 equal a teacher-forced pass over the reply, the model's

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict
 
 # The transport is shared with the served engine; its names stay importable from here.
-from sleight.backends.base import ContinuousBatching
+from sleight.backends.base import Completion, ContinuousBatching
+from sleight.backends.request_engine import RequestEngine
 from sleight.backends.transport import RETRY_STATUS, Endpoint, _Transport, parse_openai_spec, retry_after_s  # noqa: F401
 
 Messages = Sequence[Mapping[str, str]]
@@ -322,8 +323,14 @@ class LocalChat:
 def greedy_rows_alone(model: Any, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Any]:
     """Greedy replies, each prompt read alone and all decoded together where the engine's batches are
     ragged (each prompt its own request on one stream: judge prompts of unequal lengths are not
-    padded to the longest, which on a CPU costs more than reading them one by one); elsewhere the
-    engine's batched ``greedy``. A row's tokens are those of that prompt decoded alone."""
+    padded to the longest, which on a CPU costs more than reading them one by one); on an engine of
+    whole requests (vLLM, a server) its ``generate_until``, every prompt one request at once: its
+    ``greedy`` decides the same tokens there and then reads each prompt again, one at a time, to
+    score them, records a judge's reply never uses; elsewhere the engine's batched ``greedy``. A
+    row's tokens are those of that prompt decoded alone."""
+    if isinstance(model, RequestEngine):
+        done = model.generate_until(prompts, max_tokens)
+        return [Completion(c.token_ids, "stop" if c.finish_reason == "stop" else "length") for c in done]
     if not (isinstance(model, ContinuousBatching) and model.ragged) or len(prompts) < 2:
         return list(model.greedy(prompts, max_tokens, top_k=1))
     stream = model.stream(top_k=1, live_rows=len(prompts))
