@@ -76,16 +76,22 @@ def bytes_per_param(m: Model, spec: ModelSpec) -> tuple[float, float]:
     if m.bytes_per_param:
         return m.bytes_per_param, m.bytes_per_param
     quant = str(spec.quantization or "").lower()
-    dtype = str(spec.dtype or ("auto" if spec.engine == "vllm" else "float32"))
-    plain = DTYPE_BYTES.get(dtype, 2.0)
+    plain = DTYPE_BYTES.get(_dtype(spec), 2.0)
     if quant in FOUR_BIT:
         engine_bytes = 0.55  # 4-bit weights, plus scales and the layers left at 16 bits
     elif quant.startswith("fp8"):
         engine_bytes = 1.05
     else:
         engine_bytes = plain
-    twin = plain if any(quant.startswith(q) for q in QUANTIZED_ON_LOAD) else engine_bytes
+    twin = plain if _quantized_on_load(spec) else engine_bytes
     return engine_bytes, twin
+
+
+def _quantized_on_load(spec: ModelSpec) -> bool:
+    """Does vLLM quantize the checkpoint's 16-bit weights as it loads them (an hf twin then reads
+    them in 16 bits)?"""
+    quant = str(spec.quantization or "").lower()
+    return any(quant.startswith(q) for q in QUANTIZED_ON_LOAD)
 
 
 def memory_share(spec: ModelSpec) -> float:
@@ -114,9 +120,7 @@ def _memory(spec: ModelSpec, gpu: Gpu) -> tuple[mem.Memory, float | None] | None
     engine = mem.memory(config, spec.quantization, dtype, limit, profile, extra_params=extra)
     twin = None
     if spec.engine == "vllm" and spec.scorer == "twin":
-        quant = str(spec.quantization or "").lower()
-        on_load = any(quant.startswith(q) for q in QUANTIZED_ON_LOAD)  # the checkpoint holds 16-bit weights
-        twin = mem.weights_bytes(config, None if on_load else spec.quantization, dtype, extra) / GIB
+        twin = mem.weights_bytes(config, None if _quantized_on_load(spec) else spec.quantization, dtype, extra) / GIB
     return engine, twin
 
 
