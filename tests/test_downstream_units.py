@@ -248,6 +248,8 @@ def test_forecast_summary_is_stats_on_the_rows():
     assert (s.notes.kept, s.notes.not_kept, s.notes.retried, s.notes.mean_attempts) == (15, 15, 15, 3.5)
     assert s.notes.mean_words == pytest.approx(np.mean([30 + i % 3 for i in range(1, 30, 2)]))
     json.dumps(s.as_json(), allow_nan=False)  # JSON-ready (no NaN)
+    back = fp.ForecastSummary.from_json(json.loads(json.dumps(s.as_json())))  # read field by field from the types
+    assert json.dumps(back.as_json()) == json.dumps(s.as_json()) and back.reader.choices == s.reader.choices
 
 
 def test_paired_difference_shares_replicates_and_is_narrower_than_unpaired():
@@ -296,6 +298,9 @@ def test_prr_summary_and_cluster_codes():
     pb = paired_bootstrap(prr, (ren, y), (lib, y), clusters=cluster_codes([r["item_id"] for r in rows if r["readout"] == "library"]), B=300, seed=0)
     assert (s.vs_library["renormalised"]["prr"].diff, s.vs_library["renormalised"]["prr"].low) == (pb.diff, pb.ci_diff.low)
     assert s.vs_library["moved"]["auroc"].n == 11  # compared on the items both readouts score
+    whole = pp.summarise(rows, B=300, seed=0)
+    back = pp.PTrueSummary.from_json(json.loads(json.dumps(whole.as_json())))  # nested mappings of records, read by type
+    assert json.dumps(back.as_json()) == json.dumps(whole.as_json()) and isinstance(back.settings["constructed"].pairs["auroc"], dict)
 
 
 def test_records_write_and_read_back_their_json():

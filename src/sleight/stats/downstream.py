@@ -71,9 +71,21 @@ def _field(d: Mapping[str, Any], key: str, kind: object) -> object:
     wrote, an ``int | None`` (a count that may be missing) is taken as it is, absent as None."""
     if kind == int | None:
         return d.get(key)
-    if kind not in _READ:
-        raise TypeError(f"{key}: a field of type {kind} has no default JSON reading")
-    return _READ[kind](d[key])
+    return _read(d[key], key, kind)
+
+
+def _read(v: Any, key: str, kind: object) -> object:
+    """One JSON value by its type: a scalar, a nested record, ``X | None``, or a mapping of either."""
+    if kind in _READ:
+        return _READ[kind](v)
+    args = typing.get_args(kind)
+    if type(None) in args and len(args) == 2:
+        return None if v is None else _read(v, key, next(a for a in args if a is not type(None)))
+    if typing.get_origin(kind) in (Mapping, dict):
+        return {str(k): _read(x, key, args[1]) for k, x in v.items()}
+    if isinstance(kind, type) and issubclass(kind, JsonRecord):
+        return kind.from_json(v)
+    raise TypeError(f"{key}: a field of type {kind} has no default JSON reading")
 
 
 @dataclass(frozen=True)

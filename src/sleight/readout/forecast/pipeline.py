@@ -289,10 +289,6 @@ def _num(v: Any) -> float:
     return math.nan if v is None else float(v)
 
 
-def _interval(d: Mapping[str, Any] | None) -> MetricInterval | None:
-    return None if d is None else MetricInterval.from_json(d)
-
-
 @dataclass(frozen=True)
 class NoteSummary(JsonRecord):
     """App. H's writer over one row per item (:func:`note_summary`); field names and order are
@@ -325,14 +321,6 @@ class ReaderSummary(JsonRecord):
     mass: MassSummary
     mass_spaced: MassSummary
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ReaderSummary:
-        return cls(
-            str(d["target"]), _num(d["accuracy_target"]), _num(d["accuracy"]), _num(d["accuracy_spaced"]),
-            _num(d["spaced_unspaced_agreement"]), int(d["n_agree"]), int(d["n_compared"]), dict(d["choices"]),
-            dict(d["choices_spaced"]), dict(d["gold"]), MassSummary.from_json(d["mass"]), MassSummary.from_json(d["mass_spaced"]),
-        )
-
 
 @dataclass(frozen=True)
 class PositionSummary(JsonRecord):
@@ -347,13 +335,6 @@ class PositionSummary(JsonRecord):
     argmax_class: Mapping[str, int]
     argmax_token: Mapping[str, int]
     continuation_class: Mapping[str, int]
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PositionSummary:
-        return cls(
-            _interval(d["auroc"]), _interval(d["brier"]), _num(d["mean_forecast"]), MassSummary.from_json(d["mass"]),
-            _num(d["first_tokens_distinct"]), dict(d["argmax_class"]), dict(d["argmax_token"]), dict(d["continuation_class"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -394,16 +375,6 @@ class ForecastSummary(JsonRecord):
     def as_json(self) -> dict[str, object]:
         out: dict[str, object] = clean({f.name: getattr(self, f.name) for f in fields(self)})
         return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ForecastSummary:
-        """The summary back from summary.json (the run's description there is ignored)."""
-        return cls(
-            int(d["n_items"]), int(d["n_scored"]), int(d["n_clusters"]), int(d["B"]), int(d["seed"]), float(d["level"]),
-            NoteSummary.from_json(d["notes"]), ReaderSummary.from_json(d["reader"]),
-            {p: PositionSummary.from_json(v) for p, v in d["positions"].items()}, BrierReference.from_json(d["brier_reference"]),
-            {m: None if v is None else PairedDifference.from_json(v) for m, v in d["gain"].items()},
-        )
 
 
 def note_summary(rows: Sequence[Mapping[str, Any]]) -> NoteSummary:

@@ -366,10 +366,6 @@ def _interval(d: Mapping[str, Any] | None) -> MetricInterval | None:
     return None if d is None else MetricInterval.from_json(d)
 
 
-def _difference(d: Mapping[str, Any] | None) -> PairedDifference | None:
-    return None if d is None else PairedDifference.from_json(d)
-
-
 @dataclass(frozen=True)
 class ReadoutSummary(JsonRecord):
     """One readout in one setting: AUROC, PRR and PRR at 0.5 with intervals (None where it scores
@@ -435,16 +431,6 @@ class SettingSummary(JsonRecord):
     pairs: Mapping[str, Mapping[str, PairedDifference]]
     n_all_readouts: int
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SettingSummary:
-        return cls(
-            int(d["n_pairs"]), int(d["n_clusters"]), int(d["n_correct"]), _num(d["rate_correct"]),
-            {r: ReadoutSummary.from_json(v) for r, v in d["readouts"].items()},
-            {r: {m: _difference(x) for m, x in v.items()} for r, v in d["vs_library"].items()},
-            {m: {k: PairedDifference.from_json(x) for k, x in v.items()} for m, v in d["pairs"].items()},
-            int(d["n_all_readouts"]),
-        )
-
 
 @dataclass(frozen=True)
 class PTrueSummary(JsonRecord):
@@ -460,11 +446,6 @@ class PTrueSummary(JsonRecord):
     def as_json(self) -> dict[str, object]:
         out: dict[str, object] = clean({f.name: getattr(self, f.name) for f in fields(self)})
         return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PTrueSummary:
-        """The summary back from summary.json (the run's description there is ignored)."""
-        return cls(int(d["B"]), int(d["seed"]), float(d["level"]), {k: SettingSummary.from_json(v) for k, v in d["settings"].items()})
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], *, B: int = 20000, seed: int = 0, level: float = 0.95) -> PTrueSummary:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sleight.errors import UserError
+from sleight.errors import UserError, parse_yaml
 from sleight.jury.ballot import Ballot, Field, ObjectSchema, norm_key
 from sleight.tamper.jury.prompt import Case, JudgePrompt
 
@@ -248,12 +248,7 @@ def parse_prompt_file(text: str, path: Path, file_sha256: str = "") -> PromptFil
     ``user`` and optionally ``system``. ``file_sha256``: the hash of the file's bytes."""
     if Path(path).suffix == ".py":
         return replace(_checked(templates_from_python(text, path), path), file_sha256=file_sha256)
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"--prompt-file {path} is not YAML: {str(exc).splitlines()[0]}") from None
+    data = parse_yaml(text, f"--prompt-file {path}")
     if not isinstance(data, dict):
         raise UserError(f"--prompt-file {path}: expected a mapping with 'system' and 'user' templates")
     unknown = sorted(set(map(str, data)) - set(KEYS))

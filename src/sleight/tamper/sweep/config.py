@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.backends.spec import ModelSpec, options
-from sleight.errors import UserError
+from sleight.errors import UserError, parse_yaml
 from sleight.tamper.job import TRIAL_KEYS, TrialSettings
 
 SWEEPS_DATA = "data/sweeps"  # shipped sweep files, named by --config NAME
@@ -279,15 +279,9 @@ def config_path(spec: str | Path) -> tuple[Path | None, str]:
 
 def load_config(spec: str | Path) -> SweepConfig:
     """Read and check a sweep file (or a shipped one by name)."""
-    import yaml
-
     path, text = config_path(spec)
     source = str(path) if path is not None else f"{spec} (shipped)"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"sweep file {source} is not YAML: {str(exc).splitlines()[0]}") from None
-    return parse_config(data, source)
+    return parse_config(parse_yaml(text, f"sweep file {source}"), source)
 
 
 def parse_models(text: str) -> list[str]:
