@@ -10,6 +10,15 @@ import numpy as np
 import pytest
 
 from sleight.readout.ptrue.answers import DEFAULT_ITEMS, Sampling, greedy_answers, load_qa_items
+from sleight.readout.ptrue.attention import (
+    ELICITING_PROMPT,
+    ELICITING_SUFFIX,
+    answer_span,
+    attention_stats,
+    eager_attention,
+    eliciting_attention,
+    generation_attention,
+)
 from sleight.readout.ptrue.estimators import render_markdown, run_estimators
 from sleight.readout.ptrue.readouts import polygraph_logprob, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import (
@@ -30,7 +39,7 @@ from sleight.readout.ptrue.uncertainty import (
     sample_answers,
     sample_stats,
 )
-from tolerances import ENTROPY_ATOL, FLOAT64_ATOL, FLOAT64_RTOL, LOGPROB_ATOL
+from tolerances import ENTROPY_ATOL, FLOAT64_ATOL, FLOAT64_RTOL, LOGPROB_ATOL, MASS_ATOL
 
 N_SAMPLES = 3
 TOKENS = 12
@@ -53,8 +62,34 @@ def test_the_default_set_is_accounted_for():
     entry_starts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 18, 21, 24, 25, 29, 33, 36, 40, 44, 47, 51, 55, 58, 59, 62, 63, 64, 65, 66, 67, 68, 69}
     entry_starts |= {70, 71, 72, 73, 76, 79, 91, 94, 98, 102, 103, 104, 105, 106, 107}
     assert len(entry_starts) == 50 and entry_starts <= covered
-    assert len(set(ESTIMATOR_COLUMNS)) == len(ESTIMATORS) == 20
+    assert len(set(ESTIMATOR_COLUMNS)) == len(ESTIMATORS) == 24
     assert all(reason for _, _, reason in SKIPPED)
+
+
+def test_attention_layouts_are_the_librarys_on_a_known_array():
+    """App. E's attention estimators read lm-polygraph's layouts: ``attention_all`` row ``j`` holds the
+    attention of the query that produced answer token ``j`` (the position of token ``j - 1``) over the
+    answer's first ``j`` tokens, layer-major, zeros elsewhere, so RAUQ's offset -1 diagonal is each
+    answer position's attention to itself; a bfloat16 model's values pass through float16 as the
+    library converts them; the eliciting prompt's answer span is the last match at or before
+    ``len(ids) - n``, ``(-4 - n, -4)`` where none matches."""
+    layers, heads, p, n = 2, 3, 4, 3
+    full = np.arange(layers * heads * (p + n) ** 2, dtype=np.float32).reshape(layers, heads, p + n, p + n)
+    gen = generation_attention(full, p, n)
+    assert gen.shape == (layers * heads, n, n) and gen.dtype == np.float64
+    for layer in range(layers):
+        for head in range(heads):
+            for j in range(n):
+                for k in range(n):
+                    assert gen[layer * heads + head, j, k] == (full[layer, head, p + j - 1, p + k] if k < j else 0.0)
+    diag = np.diagonal(gen.reshape(layers, heads, n, n), offset=-1, axis1=2, axis2=3)
+    assert (diag == np.diagonal(full[:, :, p : p + n - 1, p : p + n - 1], axis1=2, axis2=3)).all()
+    tiny = np.full((1, 1, p + n, p + n), 1e-7, dtype=np.float32)  # below float16's normal range
+    assert (generation_attention(tiny, p, n, float16=True)[0][np.tril_indices(n, -1)] == float(np.float16(1e-7))).all()
+    ids = [5, 1, 2, 9, 1, 2, 7, 8]
+    assert answer_span(ids, [1, 2]) == (4, 6) and answer_span(ids, [3]) == (-5, -4)
+    last = np.arange(layers * heads * len(ids), dtype=np.float32).reshape(layers, heads, len(ids))
+    assert (eliciting_attention(last, ids, [1, 2]) == last[:, :, 4:6].reshape(layers * heads, 2)).all()
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +110,7 @@ def stats(model, decoded):
     st["greedy_log_probs"] = greedy_distributions(model, prompts, toks)
     st["p_true"] = ptrue_readouts(model, [it.prompt for it in items], texts)["library_logprob"]
     st["p_true_sampling"] = ptrue_sampling_logprobs(model, [it.prompt for it in items], texts, drawn)
+    st.update(attention_stats(model, prompts, [list(t.token_ids) for t in toks], [it.prompt for it in items]))
     return st
 
 
@@ -117,11 +153,14 @@ def test_reported_values_are_the_librarys_classes_on_the_same_stats(model, decod
     assert engine == "lm-polygraph 0.7.0"
     assert list(got) == list(ESTIMATOR_COLUMNS)
     assert len(notes) == len(SKIPPED)
+    layers = model.model.config.num_hidden_layers
     for e in ESTIMATORS:
         est = getattr(lib, e.cls)(**dict(e.kwargs))
-        assert str(est) == e.column
+        # AttentionScore's str() carries the layer it resolves from stats["model"] when called
+        assert str(est) == (e.column if e.cls != "AttentionScore" else "AttentionScore (layer=None)")
         assert set(est.stats_dependencies) <= set(stats), e.column
         want = np.asarray(est(stats), dtype=np.float64)
+        assert e.cls != "AttentionScore" or str(est) == f"AttentionScore (layer={layers // 2})"
         assert want.shape == (len(items),) and np.isfinite(want).all(), e.column
         np.testing.assert_allclose(got[e.column], want, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL, err_msg=e.column)
     # each value its own; rouge-1 and rouge-L coincide whenever every sample pair's longest common
@@ -183,6 +222,53 @@ def test_p_true_stats_equal_lm_polygraphs_prompt_calculators(model, instruct):
     samples = [Samples(((1,),) * len(s), ((0.0,),) * len(s), (0.0,) * len(s), s) for s in ss]
     assert ptrue_readouts(model, qs, ans, instruct=instruct)["library_logprob"] == pytest.approx(want_pt, abs=LOGPROB_ATOL)
     assert ptrue_sampling_logprobs(model, qs, ans, samples, instruct=instruct) == pytest.approx(want_pts, abs=LOGPROB_ATOL)
+
+
+@pytest.mark.slow
+def test_attention_stats_equal_lm_polygraphs_calculators(model):
+    """App. E's attention estimators (AttentionScore, RAUQ at both settings, CSL) read three
+    statistics; each equals what lm-polygraph 0.7.0's own calculator computes on a ``WhiteboxModel``
+    around the same weights (eager attention, as the library needs it), one question per call: the
+    prompt tokens are sleight's chat prompt, ``attention_all`` (read by the library during its cached
+    decode, here from one full pass) agrees within float noise, the full pass and the eliciting
+    prompt's pass are the same computation. The estimators then give the library's values on either."""
+    lib = pytest.importorskip("lm_polygraph.estimators")
+    from lm_polygraph.stat_calculators.attention_eliciting_prompt import AttentionElicitingPromptCalculator
+    from lm_polygraph.stat_calculators.attention_forward_pass import AttentionForwardPassCalculator
+    from lm_polygraph.stat_calculators.entropy import EntropyCalculator
+    from lm_polygraph.stat_calculators.greedy_probs import GreedyProbsCalculator
+    from lm_polygraph.utils.model import WhiteboxModel
+
+    eliciting = AttentionElicitingPromptCalculator()
+    assert (eliciting.prompt, eliciting.suffix_prompt) == (ELICITING_PROMPT, ELICITING_SUFFIX)
+    wb = WhiteboxModel(model.model, model.tokenizer, instruct=True)
+    entries = [e for e in ESTIMATORS if e.needs == "attention"]
+    assert [e.column for e in entries] == ["AttentionScore", "RAUQ", "RAUQ (entropy)", "CSL"]
+    before = model.model.config._attn_implementation
+    for it in load_qa_items(DEFAULT_ITEMS, limit=2):
+        with eager_attention(model.model):
+            want = GreedyProbsCalculator()({}, [it.prompt], wb, max_new_tokens=TOKENS)
+            want.update(AttentionForwardPassCalculator()(want, [it.prompt], wb))
+            want.update(eliciting(want, [it.prompt], wb))
+        want.update(EntropyCalculator()(want, [it.prompt], wb))
+        assert model.model.config._attn_implementation == before  # the engine's own attention is back
+        assert want["input_tokens"][0] == model.encode(model.render_chat([{"role": "user", "content": it.prompt}]).text)
+        got = attention_stats(model, want["input_tokens"], want["greedy_tokens"], [it.prompt])
+        assert model.model.config._attn_implementation == before
+        fwd, gen, eli = got["forwardpass_attention_weights"][0], got["attention_all"][0], got["attention_weights_eliciting_prompt"][0]
+        assert fwd.shape == want["forwardpass_attention_weights"][0].shape and fwd.dtype == np.float32
+        np.testing.assert_array_equal(fwd, want["forwardpass_attention_weights"][0])
+        np.testing.assert_array_equal(eli, want["attention_weights_eliciting_prompt"][0])
+        assert gen.shape == want["attention_all"][0].shape
+        np.testing.assert_allclose(gen, want["attention_all"][0], atol=MASS_ATOL)  # attention weights are probabilities
+        ours = {**want, **got, "model": wb}
+        for e in entries:
+            a = getattr(lib, e.cls)(**dict(e.kwargs))(dict(want, model=wb))
+            b = getattr(lib, e.cls)(**dict(e.kwargs))(ours)
+            if e.cls == "RAUQ":  # a mean of log-confidences from log-probs and attention_all; measured 1e-7 apart
+                np.testing.assert_allclose(b, a, atol=LOGPROB_ATOL, err_msg=e.column)
+            else:  # AttentionScore and CSL read the two bit-identical statistics
+                np.testing.assert_array_equal(b, a, err_msg=e.column)
 
 
 def test_without_the_library_the_own_three_are_reported(model, decoded):

@@ -129,14 +129,21 @@ def test_table4s_notes_are_app_hs_writers():
 
 
 def test_appendix_e_estimators_departures_are_notes_and_b_is_printed():
-    """App. E: the estimators score Table 10's sampled answers and take PRR@0.5's difference against
-    RAUQ's entropy variant; here the answers are greedy and the reference is MSP: departures, said
-    in notes, not inferences. App. E's item bootstrap: B = 10,000 (issue 34 item 3)."""
+    """App. E: the estimators score Table 10's sampled answers (here greedy: a departure, said in a
+    note, not an inference); PRR's best library estimator is MaximumSequenceProbability at 1.0 and
+    RAUQ's entropy variant at 0.5, and the two differences are taken against those computed columns,
+    no departure. App. E's item bootstrap: B = 10,000 (issue 34 item 3)."""
+    from sleight.readout.ptrue.uncertainty import ESTIMATOR_COLUMNS
+
     t = load_table("appendix-e-estimators")
     assert (t.B, t.seed) == (10000, 0)
     assert "greedy" not in t.inferred and "MaximumSequenceProbability" not in t.inferred
     departures = [n for n in t.notes if n.startswith("Departure")]
-    assert any("greedy answers" in n for n in departures) and any("RAUQ" in n and "prr05_moved_minus_best" in n for n in departures)
+    assert any("greedy answers" in n for n in departures) and not any("RAUQ" in n for n in departures)
+    best = {c.key: c.minus for c in t.columns if c.key in ("prr_moved_minus_best", "prr05_moved_minus_best")}
+    assert best == {"prr_moved_minus_best": {"scorer": "MaximumSequenceProbability"}, "prr05_moved_minus_best": {"scorer": "RAUQ (entropy)"}}
+    assert {"MaximumSequenceProbability", "RAUQ (entropy)"} <= set(ESTIMATOR_COLUMNS)
+    assert any("RAUQ" in n and "prr05_moved_minus_best" in n for n in t.notes if n.startswith("App. E"))
 
 
 # ------------------------------------------------------------------------------------------------

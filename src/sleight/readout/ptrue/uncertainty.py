@@ -4,9 +4,10 @@ lm-polygraph 0.7.0's default estimator set is ``examples/configs/estimators/defa
 (50 entries). :data:`ESTIMATORS` are the entries computable from the model and its answers alone,
 each run through the library's own class (``Estimator.__call__(stats)``) on a ``stats`` dict built
 here from sleight's model layer, and each reported as its own column (named by the estimator's
-``str()``). :data:`SKIPPED` are the entries that need something this package cannot compute (an NLI
-or cross-encoder model, a training set, an IDF corpus, attention weights or hidden states), each
-with its reason; a run names them in its notes.
+``str()``; AttentionScore's ``str()`` adds the layer it resolves when called, so its column is the
+class name). :data:`SKIPPED` are the entries that need something this package cannot compute (an
+NLI or cross-encoder model, a training set, an IDF corpus, hidden states), each with its reason; a
+run names them in its notes.
 
 The statistics, as lm-polygraph's calculators define them:
 
@@ -31,6 +32,9 @@ The statistics, as lm-polygraph's calculators define them:
   steps, as the library's scores processor sees them), and their sum *including* the EOS token.
   Drawn as :func:`~sleight.readout.ptrue.answers.sampled_answers` draws (top-k read, numpy stream per
   question and sample).
+* ``forwardpass_attention_weights``, ``attention_all``, ``attention_weights_eliciting_prompt`` --
+  eager-attention forward passes on the transformers engine (:mod:`.attention`), for AttentionScore,
+  RAUQ and CSL; other engines report no attention weights, and a run notes those four.
 * ``p_true`` -- the Library P(True) readout (:mod:`.readouts`); ``p_true_sampling`` -- the same
   reading of ``SamplingPromptCalculator``'s prompt (``stat_calculators/prompt.py`` 130-145), the
   samples joined by ``", "``.
@@ -51,6 +55,7 @@ import numpy as np
 
 from sleight.backends.base import FullDistribution, Generation, LanguageModel
 from sleight.readout.ptrue.answers import Sampling
+from sleight.readout.ptrue.attention import attention_stats, supports_attention
 from sleight.readout.ptrue.readouts import polygraph_logprob
 from sleight.stats.downstream import JsonRecord, MetricInterval, PairedDifference
 
@@ -104,7 +109,7 @@ class EstimatorEntry:
     column: str  # the estimator's str(): the column it is reported under
     cls: str
     lines: str  # lines of examples/configs/estimators/default_estimators.yaml at v0.7.0
-    needs: str  # "greedy" | "distributions" | "samples" | "ptrue" | "ptrue_sampling"
+    needs: str  # "greedy" | "distributions" | "attention" | "samples" | "ptrue" | "ptrue_sampling"
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self) -> Any:
@@ -141,6 +146,10 @@ ESTIMATORS: tuple[EstimatorEntry, ...] = (
     _jaccard("Eccentricity", "55-57"),
     EstimatorEntry("RenyiNeg", "RenyiNeg", "68", "distributions"),
     EstimatorEntry("FisherRao", "FisherRao", "69", "distributions"),
+    EstimatorEntry("AttentionScore", "AttentionScore", "91-93", "attention", {"gen_only": False}),
+    EstimatorEntry("RAUQ", "RAUQ", "94-97", "attention", {"alpha": 0.2, "use_entropy": False}),
+    EstimatorEntry("RAUQ (entropy)", "RAUQ", "98-101", "attention", {"alpha": 0.8, "use_entropy": True}),
+    EstimatorEntry("CSL", "CSL", "102", "attention"),
     EstimatorEntry("BoostedProbSequence", "BoostedProbSequence", "107", "distributions"),
 )
 ESTIMATOR_COLUMNS: tuple[str, ...] = tuple(e.column for e in ESTIMATORS)
@@ -159,7 +168,6 @@ SKIPPED: tuple[tuple[str, str, str], ...] = (
     ("EigenScore", "67", "the model's hidden states for each sample (no engine here reports hidden states)"),
     ("MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq (MD, RMD)", "70-78", "a training set's embeddings"),
     ("Focus", "79-90", "an IDF table from a 100M-token corpus (RedPajama) and spaCy's en_core_web_sm"),
-    ("AttentionScore, RAUQ (both), CSL", "91-102", "the model's attention weights (no engine here reports them)"),
     ("CocoaMSP, CocoaPPL, CocoaMTE", "103-105", "a cross-encoder similarity between the greedy answer and the samples"),
     ("SemanticDensity", "106", _NLI),
 )
@@ -364,7 +372,7 @@ def own_values(answers: Sequence[AnswerTokens]) -> dict[str, np.ndarray]:
     return {name: np.asarray([fn(a) for a in answers], dtype=np.float64) for name, fn in TOKEN_ESTIMATORS.items()}
 
 
-DISTRIBUTION_CHUNK = 16  # answers whose full distributions are held at once (V floats per token)
+DISTRIBUTION_CHUNK = 16  # answers whose full distributions (V floats per token) and attention weights are held at once
 
 
 def estimate(
@@ -403,18 +411,40 @@ def estimate(
         notes += [f"{e.column}: not computed (needs at least 2 samples per question)" for e in ESTIMATORS if e.needs in ("samples", "ptrue_sampling")]
     values = library_values(stats, entries)
     full = [e for e in ESTIMATORS if e.needs == "distributions"]
+    att = [e for e in ESTIMATORS if e.needs == "attention"]
     if not isinstance(model, FullDistribution):
-        notes += [f"{e.column}: not computed (needs the full next-token distribution, which this engine does not ship)" for e in full]
-    else:
-        parts: dict[str, list[np.ndarray]] = {e.column: [] for e in full}
-        for at in range(0, len(answers), DISTRIBUTION_CHUNK):
-            chunk = answers[at : at + DISTRIBUTION_CHUNK]
-            sub = {"greedy_tokens": stats["greedy_tokens"][at : at + DISTRIBUTION_CHUNK], "greedy_log_probs": greedy_distributions(model, prompts[at : at + DISTRIBUTION_CHUNK], chunk)}
-            for col, v in library_values(sub, full).items():
-                parts[col].append(v)
-        values.update({col: np.concatenate(v) if v else np.zeros(0) for col, v in parts.items()})
+        notes += [f"{e.column}: not computed (needs the full next-token distribution, which this engine does not ship)" for e in full + att]
+        full, att = [], []
+    if att and not supports_attention(model):
+        notes += [f"{e.column}: not computed (needs the model's attention weights, which only the transformers engine reports)" for e in att]
+        att = []
+    values.update(position_values(model, prompts, answers, questions, stats, full + att))
     ordered = {e.column: values[e.column] for e in ESTIMATORS if e.column in values}
     return ordered, f"lm-polygraph {polygraph_version()}", notes + skipped_notes()
+
+
+def position_values(
+    model: LanguageModel,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[AnswerTokens],
+    questions: Sequence[str],
+    stats: GreedyStats,
+    entries: Sequence[EstimatorEntry],
+) -> dict[str, np.ndarray]:
+    """The entries that read per-position arrays (full distributions; attention weights, which RAUQ's
+    entropy variant reads beside the distributions' width), a chunk of answers at a time so that only
+    one chunk's arrays are held."""
+    parts: dict[str, list[np.ndarray]] = {e.column: [] for e in entries}
+    attention = any(e.needs == "attention" for e in entries)
+    for at in range(0, len(answers) if entries else 0, DISTRIBUTION_CHUNK):
+        sl = slice(at, at + DISTRIBUTION_CHUNK)
+        sub: dict[str, Any] = {k: stats[k][sl] for k in ("greedy_tokens", "greedy_log_likelihoods", "entropy")}
+        sub["greedy_log_probs"] = greedy_distributions(model, prompts[sl], answers[sl])
+        if attention:
+            sub.update(attention_stats(model, prompts[sl], sub["greedy_tokens"], questions[sl]))
+        for col, v in library_values(sub, entries).items():
+            parts[col].append(v)
+    return {col: np.concatenate(v) if v else np.zeros(0) for col, v in parts.items()}
 
 
 def skipped_notes() -> list[str]:

@@ -41,7 +41,7 @@ def _values() -> dict[str, tuple[str, ...]]:
 def _per_item(s: Mapping[str, Any]) -> tuple[int, int]:
     n = setting_int(s, "samples", 10)
     tokens = setting_int(s, "max_new_tokens", 32)
-    return 2 + n + 6, (1 + n) * tokens  # the answer, its distributions, the samples, the P(True) contexts
+    return 2 + n + 6 + 2, (1 + n) * tokens  # the answer, its distributions, the samples, the P(True) contexts, two attention passes
 
 
 KINDS = (
