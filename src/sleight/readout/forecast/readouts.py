@@ -91,6 +91,7 @@ class ReadoutRecord(TypedDict):
     continuation_text: str | None
     stem_number: float | None  # SHORT_STEMS, in their order
     stem_forecast: float | None
+    masses: dict[str, float | None]  # the option mass at each position read here: App. H prints their medians
 
 
 def shipped_alt_template() -> str:
@@ -114,12 +115,13 @@ def alt_prompt(template: str, note: str, item: RaceItem) -> str:
     return template.replace("{note}", note).replace("{item}", quoted_item(item))
 
 
-def _scores(model: LanguageModel, contexts: Sequence[str | None]) -> list[float | None]:
+def _scores(model: LanguageModel, contexts: Sequence[str | None]) -> list[tuple[float | None, float | None]]:
+    """Each context's renormalised forecast and its option mass (None, None: not read)."""
     live = [k for k, c in enumerate(contexts) if c is not None]
-    out: list[float | None] = [None] * len(contexts)
+    out: list[tuple[float | None, float | None]] = [(None, None)] * len(contexts)
     reads = read_positions(model, [contexts[k] for k in live], [[FORECAST_OPTIONS]] * len(live), score_options=True)  # type: ignore[misc]
     for k, r in zip(live, reads):
-        out[k] = expected_score(list(r.option_sets[0].logprobs), FORECAST_OPTIONS, 100.0)
+        out[k] = (expected_score(list(r.option_sets[0].logprobs), FORECAST_OPTIONS, 100.0), r.option_sets[0].mass)
     return out
 
 
@@ -163,13 +165,17 @@ def extra_readouts(
                 correct=orig["correct"],
                 original=orig["score"],
                 stem=st["score"],
-                deleted=deleted[k_item],
-                alt=alt[k_item],
-                alt_stem=alt_stem[k_item],
+                deleted=deleted[k_item][0],
+                alt=alt[k_item][0],
+                alt_stem=alt_stem[k_item][0],
                 continuation=continuation_forecast(orig.get("continuation") or "", FORECAST_OPTIONS),
                 continuation_text=orig.get("continuation"),
-                stem_number=short_scores["stem_number"][k_item],
-                stem_forecast=short_scores["stem_forecast"][k_item],
+                stem_number=short_scores["stem_number"][k_item][0],
+                stem_forecast=short_scores["stem_forecast"][k_item][0],
+                masses={
+                    "original": orig.get("option_mass"), "stem": st.get("option_mass"), "deleted": deleted[k_item][1], "alt": alt[k_item][1],
+                    "alt_stem": alt_stem[k_item][1], **{k: short_scores[k][k_item][1] for k in SHORT_STEMS},
+                },
             )
         )
     return out

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sleight.readout.reproduce import kinds
-from sleight.readout.reproduce.config import Average, Checkpoint, Column, Summary, TableConfig
+from sleight.readout.reproduce.config import LOO_SUMMARIES, Average, Checkpoint, Column, Summary, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
 from sleight.stats.downstream import answer_letter_auroc, constant_brier, leave_one_out, leave_one_out_intervals, log_median
 
@@ -69,12 +69,21 @@ class SummaryCell:
     summary: Summary
     value: float
     n: int
+    low: float = math.nan  # a leave-one-out summary's interval (App. E)
+    high: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         s = self.summary
-        value = self.value if math.isfinite(self.value) else None
+
+        def f(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        value = f(self.value)
         diff = value - s.paper if value is not None and s.paper is not None else None
-        return {"key": s.key, "label": s.label, "how": s.how, "columns": list(s.columns), "value": value, "n": self.n, "paper": s.paper, "difference": diff}
+        out: dict[str, object] = {"key": s.key, "label": s.label, "how": s.how, "columns": list(s.columns), "value": value, "n": self.n, "paper": s.paper, "difference": diff}
+        if s.average is not None:
+            out.update(average=s.average, low=f(self.low), high=f(self.high), paper_interval=None if s.paper_ci is None else list(s.paper_ci))
+        return out
 
 
 @dataclass(frozen=True)
@@ -296,14 +305,35 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
         return Cell(float(np.sum(nums < column.floor)), n=int(nums.size))
     if column.stat == "log_median":
         return Cell(log_median(list(nums)), n=int(nums.size))
-    if column.stat == "min":
-        return Cell(float(nums.min()), n=int(nums.size))
+    if column.stat in ("min", "max"):
+        return Cell(float(nums.min() if column.stat == "min" else nums.max()), n=int(nums.size))
     return Cell(float(np.median(nums) if column.stat == "median" else nums.mean()), n=int(nums.size))
 
 
-def summary_cell(summary: Summary, rows: Sequence[TableRow]) -> SummaryCell:
-    """``summary.how`` over the defined cells of its columns on the checkpoint rows."""
-    cells = [r.cells[k] for r in rows if r.kind == "checkpoint" for k in summary.columns]
+def loo_summary_cell(summary: Summary, rows: Sequence[TableRow], loo: Mapping[str, Mapping[str, Any]]) -> SummaryCell:
+    """The lowest (``loo_min``) or highest (``loo_max``) of ``summary.average``'s estimates with one
+    member left out, and that estimate's interval: App. E prints the range so. Undefined unless the
+    average measured here is the config's own (not one renamed after other members)."""
+    (key,) = summary.columns
+    measured = any(r.kind == "average" and r.name == summary.average for r in rows)
+    entry = loo.get(summary.average or "", {}).get(key) if measured else None
+    if not entry:
+        return SummaryCell(summary, math.nan, 0)
+    without = {k: float(v) for k, v in entry["without"].items()}
+    pick = (min if summary.how == "loo_min" else max)(without, key=lambda k: without[k])
+    interval = (entry.get("intervals") or {}).get(pick) or {}
+    return SummaryCell(summary, without[pick], len(without), _number(interval.get("low")), _number(interval.get("high")))
+
+
+def summary_cell(summary: Summary, rows: Sequence[TableRow], loo: Mapping[str, Mapping[str, Any]] | None = None) -> SummaryCell:
+    """``summary.how`` over the defined cells of its columns on the checkpoint rows (those of
+    ``summary.average`` where it names one; a leave-one-out summary: over ``loo``, :func:`loo_summary_cell`)."""
+    if summary.how in LOO_SUMMARIES:
+        return loo_summary_cell(summary, rows, loo or {})
+    names = {r.name for r in rows if r.kind == "checkpoint"}
+    if summary.average is not None:  # the config's own average, measured here (else nothing to compare)
+        names = {m for r in rows if r.kind == "average" and r.name == summary.average for m in r.members}
+    cells = [r.cells[k] for r in rows if r.kind == "checkpoint" and r.name in names for k in summary.columns]
     cells = [c for c in cells if math.isfinite(c.estimate)]
     est = np.asarray([c.estimate for c in cells], dtype=np.float64)
     if not cells:
@@ -409,5 +439,5 @@ def aggregate(
         name=config.name, title=config.title, columns=config.columns, rows=tuple(rows), paper=config.paper, paper_ci=config.paper_ci,
         paper_rows=config.paper_rows, section=config.section, status=status,
         digits=config.digits, level=config.level, B=B, seed=seed, notes=tuple(notes), leave_one_out=loo,
-        summaries=tuple(summary_cell(s, rows) for s in config.summaries),
+        summaries=tuple(summary_cell(s, rows, loo) for s in config.summaries),
     )

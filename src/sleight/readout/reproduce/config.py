@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sleight.backends.spec import DTYPES
-from sleight.errors import UserError
+from sleight.errors import UserError, parse_yaml
 from sleight.readout.data.fixtures import fixtures_dir
 from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.spec import Checkpoint, RunSpec
@@ -26,13 +26,15 @@ TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "tables"
 # bootstrapped on shared replicates; ``doc_spearman`` (App. G) is the within-document Spearman averaged over
 # the documents where it is defined, resampled by document (a run whose unit is ``doc_id``)
 METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc", "doc_spearman")
-# descriptive, no interval: ``min``/``below`` (items under ``floor``, §3's 0.5) for Table 3's columns,
+# descriptive, no interval: ``min``/``below`` (items under ``floor``, §3's 0.5) for Table 3's columns, ``max`` (App. E's item maxima),
 # ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12),
 # ``doc_spearman`` (App. G: Spearman of ``column`` against ``target`` within each ``doc_id``, averaged
 # over the documents where it is defined), ``doc_undefined`` (App. G's missing documents: those where it is not)
-STATS = ("median", "mean", "share", "count", "min", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined")
-# a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells)
-SUMMARIES = ("min", "max", "sum", "negative", "positive", "excludes_zero")
+STATS = ("median", "mean", "share", "count", "min", "max", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined")
+# a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells); ``loo_min``/
+# ``loo_max``: the lowest/highest of an average's leave-one-checkpoint-out estimates, with its interval (App. E)
+SUMMARIES = ("min", "max", "sum", "negative", "positive", "excludes_zero", "loo_min", "loo_max")
+LOO_SUMMARIES = ("loo_min", "loo_max")
 TARGET_STATS = ("brier_constant", "brier_fitted")
 SOURCES = ("auto", "paper", "fixture")
 
@@ -63,13 +65,17 @@ class Column:
 class Summary:
     """One number across a table's checkpoint cells: ``how`` (min, max, sum, or how many cells are
     negative, positive, or have an interval excluding zero) over the ``columns`` given, beside the
-    number the paper prints for it (``paper``; None where it prints none)."""
+    number the paper prints for it (``paper``; None where it prints none). ``average``: only its
+    members' cells (App. H prints bounds over the Qwen3 checkpoints); ``loo_min``/``loo_max`` read one
+    column of that average with each member left out in turn (App. E prints the range so)."""
 
     key: str
     label: str
     columns: tuple[str, ...]
     how: str
     paper: float | None = None
+    average: str | None = None
+    paper_ci: tuple[float, float] | None = None  # the printed interval, where one is printed
 
 
 @dataclass(frozen=True)
@@ -313,15 +319,9 @@ def _checkpoint(r: _Reader, k: int, raw: Any) -> Checkpoint:
 
 def load_table(name: str | Path) -> TableConfig:
     """A table's config by shipped name or YAML path, validated (no model, no data read)."""
-    import yaml
-
     path = table_path(name)
     r = _Reader(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise UserError(f"{path.name}: not valid YAML{f' (line {mark.line + 1})' if mark else ''}") from None
+    raw = parse_yaml(path.read_text(encoding="utf-8"), path.name)
     obj = r.mapping(raw, "(top level)")
     known = (
         "table", "title", "section", "inferred", "pending", "unreproducible", "checkpoints", "runs", "columns", "averages", "paper", "paper_rows",
@@ -378,7 +378,8 @@ def load_table(name: str | Path) -> TableConfig:
             if not _is_number(v):
                 raise r.fail(f"paper.{row}.{key}", f"expected a number or [estimate, low, high], got {v!r}")
             paper.setdefault(row, {})[key] = float(v)
-    summaries = tuple(_summary(r, k, s, keys) for k, s in enumerate(r.items(obj["summaries"], "summaries") if obj.get("summaries") is not None else ()))
+    means = {a.name for a in averages if a.how == "mean"}
+    summaries = tuple(_summary(r, k, s, keys, means) for k, s in enumerate(r.items(obj["summaries"], "summaries") if obj.get("summaries") is not None else ()))
     if len({s.key for s in summaries} | keys) != len(summaries) + len(keys):
         raise r.fail("summaries", "summary keys must be unique and differ from the column keys")
     B, seed, level, dtype, limit = _run_settings(r, obj)
@@ -390,10 +391,10 @@ def load_table(name: str | Path) -> TableConfig:
     )
 
 
-def _summary(r: _Reader, k: int, raw: Any, keys: set[str]) -> Summary:
+def _summary(r: _Reader, k: int, raw: Any, keys: set[str], means: set[str]) -> Summary:
     where = f"summaries[{k}]"
     obj = r.mapping(raw, where)
-    r.unknown(obj, [f.name for f in dataclasses.fields(Summary)], where)
+    r.unknown(obj, [f.name for f in dataclasses.fields(Summary) if f.name != "paper_ci"], where)
     how = r.text(obj, "how", where)
     if how not in SUMMARIES:
         raise r.fail(f"{where}.how", f"'{how}' is not one of {', '.join(SUMMARIES)}")
@@ -403,11 +404,19 @@ def _summary(r: _Reader, k: int, raw: Any, keys: set[str]) -> Summary:
     unknown = [c for c in columns if c not in keys]
     if unknown:
         raise r.fail(f"{where}.columns", f"not column keys of this table: {', '.join(map(str, unknown))}")
-    paper = obj.get("paper")
+    average = obj.get("average")
+    if how in LOO_SUMMARIES and (average is None or len(columns) != 1):
+        raise r.fail(f"{where}.average", f"{how} needs one column and an average")
+    if average is not None and average not in means:
+        raise r.fail(f"{where}.average", f"expected the name of a mean average of this table, got {average!r}")
+    paper, paper_ci = obj.get("paper"), None
+    if isinstance(paper, list) and len(paper) == 3 and all(_is_number(x) for x in paper):
+        paper, paper_ci = paper[0], (float(paper[1]), float(paper[2]))
     if paper is not None and not _is_number(paper):
-        raise r.fail(f"{where}.paper", f"expected a number, got {paper!r}")
+        raise r.fail(f"{where}.paper", f"expected a number or [estimate, low, high], got {paper!r}")
     key = r.text(obj, "key", where)
-    return Summary(key, str(obj.get("label") or key), tuple(map(str, columns)), how, None if paper is None else float(paper))
+    value = None if paper is None else float(paper)
+    return Summary(key, str(obj.get("label") or key), tuple(map(str, columns)), how, value, None if average is None else str(average), paper_ci)
 
 
 def _run_settings(r: _Reader, obj: Mapping[str, Any]) -> tuple[int, int, float, str | None, int | None]:

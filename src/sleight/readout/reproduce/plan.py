@@ -110,6 +110,9 @@ def plan(config: TableConfig, checkpoints: Sequence[Checkpoint], limit: int | No
             if limit is not None:
                 n = min(n, limit) if n else limit
             c, d = per_item(spec)
+            if kinds.kind(spec.command).tokenizer_only:  # App. C.6: the tokenizer alone, no weights on a GPU
+                out.append(RunPlan(ck.name, name, n, 0, 0, 0.0, 0.0))
+                continue
             out.append(RunPlan(ck.name, name, n, n * c, n * d, memory_gib(ck, wd, spec), gpu_hours(ck, spec.command, n * c, n * d), memory(ck, wd, spec)))
     return out
 
@@ -138,7 +141,9 @@ def list_lines(config: TableConfig) -> list[str]:
     rows = plan(config, config.checkpoints)
     wd = weights_dtype(config)
     sized = [(r.memory_gib, r.terms) for r in rows if r.memory_gib is not None]
-    if not sized:
+    if all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
+        sized = [(0.0, None)]
+    elif not sized:
         sized = [(g, memory(c, wd)) for c in config.checkpoints if (g := memory_gib(c, wd)) is not None]
     largest = max(sized, key=lambda x: x[0]) if sized else None
     items = ", ".join(f"{name} {spec.items or '?'}" for name, spec in config.runs.items()) or "—"
@@ -150,7 +155,7 @@ def list_lines(config: TableConfig) -> list[str]:
         f"{'':<14} {config.section}; {status(config)}",
         f"{'':<14} checkpoints: {cks}",
         f"{'':<14} needs: GPU memory {_gib(largest[0] if largest else None)} (largest checkpoint, {wd}"
-        + (f": {_terms(largest[1])}" if largest else "")
+        + (f": {_terms(largest[1])}" if largest and largest[0] else ": tokenizer only" if largest else "")
         + f"), items {items}, forward passes ≤{passes:,} per checkpoint",
     ]
 
@@ -166,7 +171,7 @@ def dry_run_lines(config: TableConfig, checkpoints: Sequence[Checkpoint], limit:
     for r in rows:
         hours = "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}"
         total += r.gpu_hours or 0.0
-        terms = f" ({_terms(r.terms)})" if r.memory_gib is not None else ""
+        terms = " (tokenizer only)" if r.memory_gib == 0 else f" ({_terms(r.terms)})" if r.memory_gib is not None else ""
         out.append(f"  {r.checkpoint:<28} {r.run:<16} items {r.items:>5}  passes ≤{r.passes:>9,}  memory {_gib(r.memory_gib):>8}{terms}  GPU-hours ~{hours}")
     out.append(
         f"  total ~{total:.2f} GPU-hours (estimate: {BATCH} rows a batch, assumed throughput; memory: weights by tensor, the batch's KV cache "

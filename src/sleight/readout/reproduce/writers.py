@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 
 from sleight.readout.reproduce.aggregate import Cell, SummaryCell, TableResult
+from sleight.readout.reproduce.config import LOO_SUMMARIES
 from sleight.render import MISSING, fmt, md_table
 
 DASH = MISSING
@@ -92,9 +93,11 @@ def _summary_grid(table: TableResult) -> tuple[list[str], list[list[str]]]:
     header = ["Across the checkpoints' cells", REPRODUCED, PUBLISHED, DIFFERENCE, "cells"]
     body = []
     for sc in table.summaries:
-        count = sc.summary.how not in ("min", "max") or all(c.integer for c in table.columns if c.key in sc.summary.columns)
+        count = sc.summary.how not in ("min", "max", *LOO_SUMMARIES) or all(c.integer for c in table.columns if c.key in sc.summary.columns)
         d = summary_difference(sc)
         cells = [_summary_text(x, table.digits, count=count) for x in (sc.value, sc.summary.paper)]
+        ci = ((sc.low, sc.high), sc.summary.paper_ci or (math.nan, math.nan))
+        cells = [t + (f" [{number_text(lo, table.digits)}, {number_text(hi, table.digits)}]" if _finite(lo) and _finite(hi) and t != DASH else "") for t, (lo, hi) in zip(cells, ci)]
         body.append([sc.summary.label, *cells, _summary_text(d, table.digits, count=count, signed=True), str(sc.n)])
     return header, body
 

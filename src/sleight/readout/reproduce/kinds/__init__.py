@@ -7,7 +7,7 @@ import functools
 
 from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, checkpoint_spec, run_settings
 
-MODULES = ("downstream", "audit", "forecast_readouts", "scan", "estimators", "conditions", "named_items", "constructed_reader")
+MODULES = ("downstream", "audit", "forecast_readouts", "scan", "estimators", "conditions", "named_items", "constructed_reader", "vocabulary", "grader")
 
 
 @functools.cache
@@ -19,12 +19,15 @@ def registry() -> dict[str, RunKind]:
         downstream,
         estimators,
         forecast_readouts,
+        grader,
         named_items,
         scan,
+        vocabulary,
     )  # fmt: skip
 
     modules = {"downstream": downstream, "audit": audit, "forecast_readouts": forecast_readouts, "scan": scan, "estimators": estimators,
-               "conditions": conditions, "named_items": named_items, "constructed_reader": constructed_reader}  # fmt: skip
+               "conditions": conditions, "named_items": named_items, "constructed_reader": constructed_reader, "vocabulary": vocabulary,
+               "grader": grader}  # fmt: skip
     assert tuple(modules) == MODULES
     out: dict[str, RunKind] = {}
     for m in MODULES:

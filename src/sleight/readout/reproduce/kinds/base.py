@@ -55,7 +55,8 @@ class RunKind:
     target column, the bootstrap unit, the columns that pair two selections of the same rows;
     ``per_item``: (prefilled contexts, decoded tokens) an item costs, for the plan; ``context_tokens``:
     a prompt's typical length (assumed, for the plan); ``check``: one line on settings it refuses;
-    ``rows``: run (or resume) and return the readings."""
+    ``rows``: run (or resume) and return the readings; ``tokenizer_only``: it reads the checkpoint's
+    tokenizer and never its weights (App. C.6), so the plan counts no GPU memory."""
 
     name: str
     fields: Callable[[], tuple[str, ...]]
@@ -69,6 +70,7 @@ class RunKind:
     context_tokens: int = 300
     values: Callable[[], dict[str, tuple[str, ...]]] = _no_values
     check: Callable[[Mapping[str, Any]], str | None] = _no_check
+    tokenizer_only: bool = False
 
 
 def checkpoint_spec(ck: Checkpoint, base: ModelSpec, dtype: str | None = None) -> ModelSpec:
@@ -98,6 +100,33 @@ def run_settings(spec: RunSpec, ck: Checkpoint) -> dict[str, Any]:
         own = own_generation_config(ck.model, ck.revision)
         out.update(decode="sampled", **generation_sampling(ck.generation_config if own is None else own))
     return out
+
+
+def single_pass(
+    ctx: RunContext, kind: str, config: Mapping[str, object], schema: Any, units: int, compute: Callable[[], Rows], model_info: Callable[[], Any] = lambda: None,
+) -> Rows:
+    """A run read in one pass into ``readings.parquet`` of a :mod:`sleight.rundir` run directory of its
+    own ``kind`` (``schema`` a pyarrow schema; every ``config`` key is its identity): a finished run is
+    only re-read, a killed one reads again, one made with other inputs is refused in one line.
+    ``model_info``: the model record of the run (None where no model is read: App. C.6's tokenizers)."""
+    import pyarrow.parquet as pq
+
+    from sleight import rundir
+    from sleight.rundir import RunDir
+
+    run = RunDir(ctx.run_dir, kind, identity_keys=tuple(config))
+    manifest = run.check(config)
+    path = ctx.run_dir / "readings.parquet"
+    if not (manifest and manifest.get("completed") and path.is_file()):
+        session = run.open(config, model_info(), units=units)
+        completed = False
+        try:
+            rundir.write_table(path, rundir.table_from_rows(compute(), schema), schema=schema, tmp_dir=session.tmp_dir)
+            session.committed(units)
+            completed = True
+        finally:
+            session.finish(completed)
+    return pq.read_table(path, schema=schema).to_pylist()
 
 
 def setting_int(settings: Mapping[str, object], key: str, default: int) -> int:

@@ -1,6 +1,7 @@
 """``constructed-reader`` runs: Table 7 (App. C.7) -- the forecast pipeline's note-only reader on
 constructed notes, half stating the answer and half about an unrelated passage
-(:mod:`sleight.readout.forecast.constructed`), read against the spaced and the unspaced letters.
+(:mod:`sleight.readout.forecast.constructed`), read against the spaced and the unspaced letters --
+and App. B's count of rows whose forecast prompt has the reader task's argmax (``same_argmax``).
 
 The run is a :mod:`sleight.rundir` run directory of its own kind: its readings (one row per item
 and spacing) are written once the pass finishes; a finished run is only re-read, a killed one
@@ -19,7 +20,7 @@ from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind
 
 KIND = "constructed-reader"
 READINGS = "readings.parquet"
-IDENTITY_KEYS = ("data", "limit", "items_sha256")
+IDENTITY_KEYS = ("data", "limit", "items_sha256", "reads")
 SCHEMA = pa.schema(
     [
         ("item_id", pa.string()),
@@ -30,6 +31,9 @@ SCHEMA = pa.schema(
         ("choice", pa.string()),
         ("correct", pa.float64()),
         ("agree", pa.float64()),
+        ("argmax_id", pa.int64()),
+        ("forecast_argmax_id", pa.int64()),
+        ("same_argmax", pa.float64()),
     ]
 )
 
@@ -43,7 +47,7 @@ def constructed_rows(ctx: RunContext) -> Rows:
 
     ds, items = race_items(ctx.data, ctx.limit)
     records = ds.view("forecast", ctx.limit)
-    config = {"data": ctx.data, "limit": ctx.limit, "items_sha256": rundir.digest(records)}
+    config = {"data": ctx.data, "limit": ctx.limit, "items_sha256": rundir.digest(records), "reads": "reader, forecast"}  # App. B: both prompts
     run = RunDir(ctx.run_dir, KIND, identity_keys=IDENTITY_KEYS)
     manifest = run.check(config)
     path = ctx.run_dir / READINGS
@@ -68,7 +72,7 @@ def _values() -> dict[str, tuple[str, ...]]:
 
 
 def _per_item(_s: Mapping[str, Any]) -> tuple[int, int]:
-    return 1, 0  # one reader context, both option sets read at its position
+    return 2, 0  # one reader context (both option sets read at its position) and the forecast prompt (App. B)
 
 
 KINDS = (

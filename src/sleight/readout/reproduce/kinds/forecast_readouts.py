@@ -11,7 +11,9 @@ from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind
 from sleight.readout.reproduce.kinds.downstream import _fields, downstream_rows, forecast_per_item
 
 READOUTS_JSON = "forecast_readouts.json"
-READOUT_ROW = ("item_id", "cluster", "readout", "score", "correct")  # one readout of one passage
+# one readout of one passage; ``mass``: its option mass where the readout reads a position (App. H prints
+# medians), ``grid_found``: (f) only, whether the continuation writes a grid number (App. H counts them)
+READOUT_ROW = ("item_id", "cluster", "readout", "score", "correct", "mass", "grid_found")
 
 
 def readout_rows(ctx: RunContext) -> Rows:
@@ -23,7 +25,7 @@ def readout_rows(ctx: RunContext) -> Rows:
 
     rows = downstream_rows("forecast", ctx)
     path = ctx.run_dir / READOUTS_JSON
-    key = {"data": ctx.data, "limit": ctx.limit, "template": T1_TEMPLATE, "stem": T1_STEM, "n_rows": len(rows)}
+    key = {"data": ctx.data, "limit": ctx.limit, "template": T1_TEMPLATE, "stem": T1_STEM, "n_rows": len(rows), "masses": True}
     cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if cached and cached.get("key") == key:
         records = cached["records"]
@@ -32,10 +34,21 @@ def readout_rows(ctx: RunContext) -> Rows:
         records = extra_readouts(ctx.model(), items, rows, template=T1_TEMPLATE, stem=T1_STEM)
         rundir.write_json(path, {"key": key, "records": records})
     return [
-        {"item_id": r["item_id"], "cluster": r["cluster"], "readout": k, "score": r.get(k), "correct": r.get("correct")}
+        {
+            "item_id": r["item_id"], "cluster": r["cluster"], "readout": k, "score": r.get(k), "correct": r.get("correct"),
+            "mass": (r.get("masses") or {}).get(k), "grid_found": _grid_found(r) if k == "continuation" else None,
+        }
         for r in records
         for k in READOUTS
     ]
+
+
+def _grid_found(record: Mapping[str, Any]) -> bool:
+    """Whether readout (f)'s continuation writes a grid value (else (f) is 0.5 with nothing written)."""
+    from sleight.readout.audit.presets import FORECAST_OPTIONS
+    from sleight.readout.scan.text_parsers import first_grid_value
+
+    return first_grid_value(record.get("continuation_text") or "", FORECAST_OPTIONS) is not None
 
 
 def _per_item(s: Mapping[str, Any]) -> tuple[int, int]:
