@@ -23,6 +23,19 @@ def model():
     return load_model("smollm2-135m-instruct", batch_size=128)
 
 
+@pytest.fixture(scope="session")
+def forecast_run(model):
+    """A forecast run on two shipped RACE items and App. H's readouts (a)-(h) over it: the items, the
+    forecast rows and the readout records (read-only; test_forecast_readouts and test_reproduce_printed
+    check them, the same run on one worker)."""
+    from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
+    from sleight.readout.forecast.readouts import extra_readouts
+
+    items = load_race_items(DEFAULT_ITEMS, limit=2)
+    rows = run_forecast(model, items, note_max_new_tokens=24)
+    return items, rows, extra_readouts(model, items, rows)
+
+
 # Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each module is one unit of work, so
 # its module-scoped fixtures (a real run, an audit) are built once, on one worker; the modules that
 # start engines of their own processes (vLLM's engine and OpenAI server, a local Ray cluster) are one

@@ -7,17 +7,10 @@ import pytest
 
 from sleight.position import encode_continuation
 from sleight.readout.audit.presets import FORECAST_ITEM_INSTRUCTION, FORECAST_OPTIONS, forecast_prompt
-from sleight.readout.forecast.pipeline import CONTINUATION_TOKENS, DEFAULT_ITEMS, load_race_items, run_forecast
-from sleight.readout.forecast.readouts import READOUTS, alt_prompt, extra_readouts, shipped_alt_template, summarise_readouts
+from sleight.readout.forecast.pipeline import CONTINUATION_TOKENS
+from sleight.readout.forecast.readouts import READOUTS, alt_prompt, shipped_alt_template, summarise_readouts
 from sleight.readout.scan.text_parsers import first_grid_value
 from tolerances import MASS_ATOL
-
-
-@pytest.fixture(scope="module")
-def run(model):
-    items = load_race_items(DEFAULT_ITEMS, limit=2)
-    rows = run_forecast(model, items, note_max_new_tokens=24)
-    return items, rows, extra_readouts(model, items, rows)
 
 
 def expected(model, context: str) -> float:
@@ -29,8 +22,8 @@ def expected(model, context: str) -> float:
 
 
 @pytest.mark.slow
-def test_continuation_readout_equals_an_independent_decode(model, run):
-    items, rows, recs = run
+def test_continuation_readout_equals_an_independent_decode(model, forecast_run):
+    items, rows, recs = forecast_run
     for it, r in zip(items, recs):
         orig = next(x for x in rows if x["item_id"] == it.id and x["position"] == "original")
         # Appendix H: readout (f) decodes 48 tokens (the pipeline's default; it was 16 before issue #19)
@@ -42,8 +35,8 @@ def test_continuation_readout_equals_an_independent_decode(model, run):
 
 
 @pytest.mark.slow
-def test_deleted_and_alternative_template_scores(model, run):
-    items, rows, recs = run
+def test_deleted_and_alternative_template_scores(model, forecast_run):
+    items, rows, recs = forecast_run
     tpl = shipped_alt_template()
     for it, r in zip(items, recs):
         note = next(x for x in rows if x["item_id"] == it.id)["note"]

@@ -155,16 +155,6 @@ def test_forecast_readouts_rows_carry_mass_and_grid_found():
     assert not _grid_found({"continuation_text": None})
 
 
-@pytest.fixture(scope="module")
-def readouts(model):
-    from sleight.readout.forecast.pipeline import DEFAULT_ITEMS, load_race_items, run_forecast
-    from sleight.readout.forecast.readouts import extra_readouts
-
-    items = load_race_items(DEFAULT_ITEMS, limit=2)
-    rows = run_forecast(model, items, note_max_new_tokens=24)
-    return items, rows, extra_readouts(model, items, rows)
-
-
 def _mass(model, context: str) -> float:
     """Σ p over the forecast options' distinct first tokens in context, from separate forward passes."""
     from sleight.position import encode_continuation
@@ -176,13 +166,13 @@ def _mass(model, context: str) -> float:
 
 
 @pytest.mark.slow
-def test_readout_masses_equal_independent_forward_passes(model, readouts):
+def test_readout_masses_equal_independent_forward_passes(model, forecast_run):
     """App. H: the masses behind the new median cells -- (a), (b) as the forecast run read them, (c) and
     the short stems (g), (h) -- equal the options' first-token mass from separate forward passes."""
     from sleight.readout.audit.presets import FORECAST_ITEM_INSTRUCTION, forecast_prompt
     from sleight.readout.forecast.readouts import SHORT_STEMS
 
-    items, rows, recs = readouts
+    items, rows, recs = forecast_run
     for it, r in zip(items, recs):
         orig = next(x for x in rows if x["item_id"] == it.id and x["position"] == "original")
         stem = next(x for x in rows if x["item_id"] == it.id and x["position"] == "stem")

@@ -53,7 +53,11 @@ class ConstructedRow(TypedDict):
 def constructed_notes(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """Each record's (note kind, note text): constructed and unrelated alternating (the audit's
     ``mixed`` mode, :func:`~sleight.readout.audit.presets.forecast_items`)."""
-    return [(str(i.meta["note_kind"]), str(i.meta["note"])) for i in forecast_items(records, note="mixed")]
+    return _kinds_and_notes(forecast_items(records, note="mixed"))
+
+
+def _kinds_and_notes(audit_items: Sequence[Any]) -> list[tuple[str, str]]:
+    return [(str(i.meta["note_kind"]), str(i.meta["note"])) for i in audit_items]
 
 
 def reader_rows(
@@ -90,7 +94,7 @@ def read_constructed(model: LanguageModel, items: Sequence[RaceItem], records: S
     items as forecast records, whose passages the notes are cut from); App. B: the forecast prompt
     with the same note, at its original position (the audit's ``original`` variant)."""
     audit_items = forecast_items(records, note="mixed")
-    notes = [(str(i.meta["note_kind"]), str(i.meta["note"])) for i in audit_items]
+    notes = _kinds_and_notes(audit_items)
     readings = reader_readings(model, items, [text for _kind, text in notes])
     specs = [make_variant(i, "original") for i in audit_items]
     contexts = [render(model, sp) for sp in specs if isinstance(sp, VariantSpec)]

@@ -16,11 +16,9 @@ from typing import Any
 import pyarrow as pa
 
 from sleight import rundir
-from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind
+from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, single_pass
 
 KIND = "constructed-reader"
-READINGS = "readings.parquet"
-IDENTITY_KEYS = ("data", "limit", "items_sha256", "reads")
 SCHEMA = pa.schema(
     [
         ("item_id", pa.string()),
@@ -39,30 +37,17 @@ SCHEMA = pa.schema(
 
 
 def constructed_rows(ctx: RunContext) -> Rows:
-    import pyarrow.parquet as pq
-
     from sleight.readout.data import race_items
     from sleight.readout.forecast.constructed import read_constructed
-    from sleight.rundir import RunDir
 
     ds, items = race_items(ctx.data, ctx.limit)
     records = ds.view("forecast", ctx.limit)
     config = {"data": ctx.data, "limit": ctx.limit, "items_sha256": rundir.digest(records), "reads": "reader, forecast"}  # App. B: both prompts
-    run = RunDir(ctx.run_dir, KIND, identity_keys=IDENTITY_KEYS)
-    manifest = run.check(config)
-    path = ctx.run_dir / READINGS
-    if not (manifest and manifest.get("completed") and path.is_file()):
-        model = ctx.model()
-        session = run.open(config, model.info.as_dict(), units=len(items))
-        completed = False
-        try:
-            rows = read_constructed(model, items, records)
-            rundir.write_table(path, rundir.table_from_rows(rows, SCHEMA), schema=SCHEMA, tmp_dir=session.tmp_dir)
-            session.committed(len(items))
-            completed = True
-        finally:
-            session.finish(completed)
-    return pq.read_table(path, schema=SCHEMA).to_pylist()
+
+    def compute() -> Rows:
+        return [dict(r) for r in read_constructed(ctx.model(), items, records)]
+
+    return single_pass(ctx, KIND, config, SCHEMA, len(items), compute, lambda: ctx.model().info.as_dict())
 
 
 def _values() -> dict[str, tuple[str, ...]]:

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from sleight import rundir
+from sleight.errors import parse_yaml
 from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, setting_int, single_pass
 
 KIND = "opencompass-grader"
@@ -41,10 +42,10 @@ ROW = tuple(SCHEMA.names)
 @functools.cache
 def grader_config() -> dict[str, Any]:
     """The pinned OpenCompass configuration: its template, system prompt, answer format and source."""
-    import yaml
-
-    text = resources.files("sleight").joinpath("data/scorers/opencompass_mmlu_llmjudge.yaml").read_text(encoding="utf-8")
-    return dict(yaml.safe_load(text))
+    path = "data/scorers/opencompass_mmlu_llmjudge.yaml"
+    config = parse_yaml(resources.files("sleight").joinpath(path).read_text(encoding="utf-8"), path)
+    assert isinstance(config, dict), path
+    return config
 
 
 def grader_prompt(question: str, choices: Sequence[str], gold: str, prediction: str) -> str:
