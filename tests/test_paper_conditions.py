@@ -109,12 +109,13 @@ def test_n1_notes_use_the_writer_at_a_twelve_word_budget():
 
 def test_note_writer_retries_at_a_shrinking_budget(model):
     """Paper: App. H: an unfinished attempt is retried up to four times, each at the smaller budget;
-    after five failures no note is kept. (A 3-token cap leaves every attempt unfinished.)"""
+    after five failures no note is kept. (A 3-token cap leaves every attempt unfinished.) The retries
+    are asked together, as one batch."""
     rec = _Recording(model)
     (got,) = notes.write_notes(rec, [_race(1)[0]["passage"]], max_new_tokens=3)
     assert (got.text, got.attempts, got.ok, got.n_tokens, got.finish_reason) == ("", 5, False, 3, "length")
-    budgets = [int(next(w for w in a[0].split("at most ")[1:]).split()[0]) for a in rec.asked]
-    assert budgets == [32, 16, 10, 8, 6]
+    budgets = [[int(p.split("at most ")[1].split()[0]) for p in call] for call in rec.asked]
+    assert budgets == [[32], [16, 10, 8, 6]]  # the first attempt, then the four retries as one batch
     (full,) = notes.write_notes(model, [_race(1)[0]["passage"]])
     assert not full.ok or (notes.note_ok(full.text, "stop") and 1 <= full.attempts <= 5)
 

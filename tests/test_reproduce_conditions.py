@@ -133,7 +133,7 @@ def test_d1_reads_mmlu_pro_rows_and_n1_the_writers_twelve_word_notes(tmp_path, m
     runs = {
         "d1": {"command": "conditions", "data": {"paper": "mmlu-pro:hub:n=64", "fixture": pro}, "settings": {"condition": "D1"}},
         "n1": {"command": "conditions", "data": {"paper": "race-h:hub:n=64", "fixture": _race_spec()},
-               "settings": {"condition": "N1", "notes_by": "writer", "note_words": 12}},
+               "settings": {"condition": "N1", "notes_by": "writer", "note_words": 12, "note_tokens": 32}},
     }
     columns = [{"key": "d1_letters", "label": "D1 letters", "run": "d1", "where": {"variant": "original"}, "stat": "count", "column": "letter", "equals": True}]
     cks = [{"name": "writer", "model": BUNDLED}, {"name": "reader", "model": BUNDLED}]
@@ -147,6 +147,8 @@ def test_d1_reads_mmlu_pro_rows_and_n1_the_writers_twelve_word_notes(tmp_path, m
     written = json.loads((tmp_path / "out" / "conds" / "writer" / "n1" / "notes.json").read_text(encoding="utf-8"))
     read = json.loads((tmp_path / "out" / "conds" / "reader" / "n1" / "notes.json").read_text(encoding="utf-8"))
     assert written["writer"] == read["writer"] == "writer" and read["notes"] == written["notes"] and written["words"] == 12
+    assert written["tokens"] == 32  # a cap the run sets reaches the writer (the bundled model keeps no note of these
+    # two passages at App. H's 256 tokens either: `benchmarks/notes.py --words 12`)
     assert all(len(n.split()) <= 12 for n, ok in zip(written["notes"], written["ok"]) if ok)
     rows = pq.read_table(tmp_path / "out" / "conds" / "reader" / "n1" / "readings.parquet").to_pylist()
     for r, note in zip([r for r in rows if r["variant"] == "original"], written["notes"]):
@@ -230,3 +232,15 @@ def test_table7_reads_constructed_notes_not_the_checkpoints_own(model):
         assert un["mass"] == pytest.approx(p["reader_mass"], abs=MASS_ATOL) and sp["mass"] == pytest.approx(p["reader_mass_spaced"], abs=MASS_ATOL)
         assert (un["choice"], sp["choice"]) == (p["reader_choice"], p["reader_choice_spaced"])
         assert sp["correct"] == float(p["correct_spaced"])
+
+
+def test_n1_writer_settings_are_checked():
+    """App. I: the writer's budget and cap are N1's settings (App. H's 256 tokens unless set); on
+    another condition, or as anything but a positive whole number, they are one line."""
+    from sleight.readout.reproduce.kinds import kind
+
+    check = kind("conditions").check
+    assert "belong to condition N1" in str(check({"condition": "C0", "note_tokens": 32}))
+    assert str(check({"condition": "N1", "note_tokens": 0})).startswith("note_tokens: expected a whole number")
+    assert str(check({"condition": "N1", "note_words": True})).startswith("note_words: expected a whole number")
+    assert check({"condition": "N1", "note_tokens": 32, "note_words": 12}) is None
