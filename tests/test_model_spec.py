@@ -209,6 +209,39 @@ def test_reproduce_refuses_a_model_flag_that_means_nothing_here_in_one_line(extr
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--engine", "vllm"], "--engine means nothing there"),
+        (["--engine", "vllm", "--quantization", "awq", "--load-format", "auto"], "--engine, --quantization, --load-format mean nothing there"),
+        (["--dtype", "float16"], "--dtype means nothing there"),
+        (["--threads", "1"], "--threads means nothing there"),
+    ],
+)
+def test_a_tokenizer_only_table_refuses_weight_flags_in_one_line(extra, says, capsys, tmp_path):
+    """Issue #34 (App. C.6): appendix-c6 reads each checkpoint's tokenizer and no weights, so a flag about
+    the weights or the engine is refused in one line before anything runs, in the plan too."""
+    for run in (["--out", str(tmp_path / "out")], ["--dry-run"]):
+        code, err = _main(["readout", "reproduce", "appendix-c6", "--models", "smollm2-135m-instruct", "--limit", "1", *run, *extra], capsys)
+        assert code == 2 and says in err and "appendix-c6 reads each checkpoint's tokenizer only" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_only_table_takes_the_tokenizers_flags():
+    """What C.6 reads of a spec (the checkpoint, its revision, its chat-template variables, and the
+    always-set batch size) passes the check; a hub checkpoint keeps its pinned revision."""
+    from sleight.readout.reproduce import ModelCache, load_table
+    from sleight.readout.reproduce.runner import check_specs, select_checkpoints
+
+    t = load_table("appendix-c6")
+    for argv in ([], ["--chat-template-kwargs", '{"enable_thinking": false}', "--batch-size", "8"]):
+        args = build_parser().parse_args(["readout", "reproduce", "appendix-c6", *argv])
+        cks = select_checkpoints(t, None)
+        check_specs(t, cks, ModelCache(model_spec_from_args(args, model=cks[0].model, resolve_dtype=False)))
+    assert ModelSpec("Qwen/Qwen3-4B", revision="abc").beyond_tokenizer() == []
+    assert ModelSpec("Qwen/Qwen3-4B", engine="vllm", enforce_eager=True).beyond_tokenizer() == ["--engine", "--enforce-eager"]
+
+
 def test_reproduce_hands_the_vllm_flags_to_each_checkpoints_spec():
     """The load flags a vllm checkpoint takes reach its spec (and so its load and its manifest)."""
     from sleight.readout.reproduce import ModelCache, load_table

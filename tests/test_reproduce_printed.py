@@ -286,7 +286,7 @@ def test_vocabulary_reads_the_bundled_tokenizer_alone(tmp_path):
     ctx = RunContext(Checkpoint("smollm2", "smollm2-135m-instruct"), t.runs["sets"], tmp_path / "run", data, 3, ModelSpec("smollm2-135m-instruct"), no_model, 10, 0)
     rows = {r["set"]: r for r in vocabulary_rows(ctx)}
     assert set(rows) == {"labels", "no_yes", "grid"} and all(r["contexts"] == 3 for r in rows.values())
-    tok = load_tokenizer("smollm2-135m-instruct", None, {}).tokenizer
+    tok = load_tokenizer(ModelSpec("smollm2-135m-instruct")).tokenizer
     from sleight.readout.audit.conditions import condition_items
     from sleight.readout.data import load_data
 

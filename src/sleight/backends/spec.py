@@ -34,6 +34,8 @@ QUANTIZATIONS = (
 # CUDA: vLLM's share of the GPU when none is given. The study's 0.90 when vLLM scores its own
 # tokens; half when an hf twin (scorer "twin") needs the rest.
 GPU_MEMORY_UTILIZATION = {"engine": 0.90, "twin": 0.5}
+# What a tokenizer-only run (App. C.6) reads of a spec: which checkpoint, and how it renders.
+TOKENIZER_FIELDS = ("model", "revision", "chat_template_kwargs", "batch_size")
 # Engine settings every field of which is a vLLM-only argument (the hf engine refuses them).
 VLLM_FIELDS = (
     "quantization", "load_format", "max_model_len", "gpu_memory_utilization", "kv_cache_gib", "enforce_eager",
@@ -160,6 +162,16 @@ class ModelSpec:
         dflt = ModelSpec(self.model, engine="vllm")
         return [k for k in VLLM_FIELDS if getattr(self, k) != getattr(dflt, k)]
 
+    def beyond_tokenizer(self) -> list[str]:
+        """The flags set here (away from a plain load's) that concern the weights or the engine: a run
+        that reads only the checkpoint's tokenizer (App. C.6) refuses them. ``batch_size`` always
+        has a value, so it is not counted."""
+        plain = ModelSpec(self.model)
+        return [
+            opt.flag or name for name, opt in options()
+            if name not in TOKENIZER_FIELDS and getattr(self, name) != getattr(plain, name)
+        ]  # fmt: skip
+
     def load_record(self) -> LoadRecord:
         """The load settings that change the records beyond model, engine and dtype (other weights
         score differently; the twin's entropy is another number): a run's manifest records them and
@@ -219,7 +231,7 @@ def check(spec: ModelSpec) -> None:
             raise UserError(f"engine 'hf' takes no {', '.join(vllm_only)} (vllm settings; use --engine vllm)")
         if spec.scorer != "engine":
             raise UserError("--scorer twin is a vllm setting (the hf engine scores its own tokens)")
-    if spec.revision is not None and not _hub_id(spec.model):
+    if spec.revision is not None and not hub_id(spec.model):
         raise UserError(
             f"--revision pins a hub checkpoint's snapshot; {spec.model} is {_kind_of(spec.model)} and has none (drop --revision)"
         )
@@ -291,7 +303,7 @@ def _kind_of(model: str) -> str:
     return "a .gguf file" if model.endswith(".gguf") else "a local folder"
 
 
-def _hub_id(model: str) -> bool:
+def hub_id(model: str) -> bool:
     """Whether ``model`` names a hub checkpoint (not a bundled name, a .gguf file or a local folder);
     only a hub checkpoint has revisions."""
     from sleight.backends.resolve import BUNDLED

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from sleight.readout.reproduce import ModelCache, load_table, reproduce, shipped_tables
     from sleight.readout.reproduce.plan import dry_run_lines, list_lines
-    from sleight.readout.reproduce.runner import select_checkpoints
+    from sleight.readout.reproduce.runner import check_specs, select_checkpoints
 
     if args.list:
         for name in shipped_tables():
@@ -60,15 +60,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UserError(f"--limit must be at least 1, got {args.limit}")
     first = select_checkpoints(configs[0], models)
     base = model_spec_from_args(args, model=first[0].model if first else None, resolve_dtype=False)  # each checkpoint's derives from it
+    cache = ModelCache(base)
+    for config in configs:  # every table's checkpoint specs checked before anything runs
+        check_specs(config, select_checkpoints(config, models), cache)
     if args.dry_run:
         for config in configs:
             print("\n".join(dry_run_lines(config, select_checkpoints(config, models), args.limit, dtype=base.dtype)))
         return 0
     check_writable(args.out, "--out")
-    cache = ModelCache(base)
-    for config in configs:  # each checkpoint's spec checked before anything runs
-        for ck in select_checkpoints(config, models):
-            cache.spec(ck, config.dtype)
     try:
         for config in configs:
             result = reproduce(

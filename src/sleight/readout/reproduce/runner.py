@@ -84,6 +84,22 @@ def load_model_spec(spec: ModelSpec) -> Any:
     return load_model(spec)
 
 
+def check_specs(config: TableConfig, checkpoints: Sequence[Checkpoint], cache: ModelCache) -> None:
+    """Every checkpoint's spec, before anything runs: a setting a checkpoint refuses (``--revision`` on
+    a bundled model) is one line, and so is a flag about the weights or the engine given to a table
+    whose runs read only tokenizers (App. C.6): nothing would read it, so it is refused, not ignored."""
+    from sleight.readout.reproduce import kinds
+
+    for ck in checkpoints:
+        cache.spec(ck, config.dtype)
+    given = cache.base.beyond_tokenizer()
+    if given and all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
+        raise UserError(
+            f"{config.name} reads each checkpoint's tokenizer only and loads no weights: {', '.join(given)} "
+            f"mean{'s' if len(given) == 1 else ''} nothing there (drop {'it' if len(given) == 1 else 'them'})"
+        )
+
+
 def select_checkpoints(config: TableConfig, models: Sequence[str] | None) -> list[Checkpoint]:
     """The config's checkpoints, or ``models`` (a checkpoint's name or model id keeps its settings;
     any other model spec runs with none)."""
@@ -238,8 +254,7 @@ def reproduce(
     B_, seed_ = (config.B if B is None else B), (config.seed if seed is None else seed)
     n = config.limit if limit is None else limit
     checkpoints = select_checkpoints(config, models)
-    for ck in checkpoints:  # a setting a checkpoint refuses (--revision on a bundled model) is one line before any run
-        models_cache.spec(ck, config.dtype)
+    check_specs(config, checkpoints, models_cache)
     given = parse_overrides(overrides)
     plan = {name: resolve_data(spec, data, given) for name, spec in config.runs.items()}
     notes = _notes(config, plan, n, bool(models), say)

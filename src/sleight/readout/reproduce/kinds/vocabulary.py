@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
 
 from sleight import rundir
+from sleight.backends.spec import ModelSpec
 from sleight.backends.tokens import HFTokenizerOps
 from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, single_pass
 
@@ -45,20 +45,22 @@ class TokenizerOnly(HFTokenizerOps):
         self.chat_template_kwargs = MappingProxyType(dict(chat_template_kwargs))
 
 
-def load_tokenizer(model: str, revision: str | None, chat_template_kwargs: Mapping[str, object]) -> TokenizerOnly:
-    """The tokenizer of ``model``: a hub id's own tokenizer files at ``revision`` (no weights), else
-    the folder a bundled model, GGUF file or folder resolves to. One line when it cannot be read."""
+def load_tokenizer(spec: ModelSpec) -> TokenizerOnly:
+    """The tokenizer of ``spec.model``: a hub checkpoint's own tokenizer files at ``spec.revision`` (no
+    weights), else the folder a bundled model, GGUF file or folder resolves to. One line when it
+    cannot be read."""
     from transformers import AutoTokenizer
 
     from sleight.backends.resolve import resolve
+    from sleight.backends.spec import hub_id
     from sleight.errors import UserError
 
-    hub = model.count("/") == 1 and not model.startswith((".", "/", "~", "openai:")) and not Path(model).expanduser().exists()
     try:
-        tok = AutoTokenizer.from_pretrained(model, revision=revision) if hub else AutoTokenizer.from_pretrained(resolve(model).load_path)
+        where = spec.model if hub_id(spec.model) else resolve(spec.model).load_path
+        tok = AutoTokenizer.from_pretrained(where, revision=spec.revision)
     except (OSError, ValueError) as exc:
-        raise UserError(f"could not read the tokenizer of '{model}': {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    return TokenizerOnly(tok, model, chat_template_kwargs)
+        raise UserError(f"could not read the tokenizer of '{spec.model}': {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return TokenizerOnly(tok, spec.model, spec.chat_template_kwargs)
 
 
 def contexts(tokens: TokenizerOnly, items: Sequence[Any]) -> list[str]:
@@ -106,16 +108,15 @@ def vocabulary_rows(ctx: RunContext) -> Rows:
     from sleight.readout.data import load_data
 
     sets = {str(k): [str(o) for o in v] for k, v in dict(ctx.spec.settings["sets"]).items()}
-    s = ctx.model_spec
-    revision = s.revision or ctx.checkpoint.revision
+    s = ctx.model_spec.with_(revision=ctx.model_spec.revision or ctx.checkpoint.revision)
     records = load_data(ctx.data).view("forecast", ctx.limit)
     config = {
         "data": ctx.data, "limit": ctx.limit, "items_sha256": rundir.digest(records), "sets": json.dumps(sets), "tokenizer": s.model,
-        "revision": revision, "chat_template_kwargs": json.dumps(dict(s.chat_template_kwargs), sort_keys=True),
+        "revision": s.revision, "chat_template_kwargs": json.dumps(dict(s.chat_template_kwargs), sort_keys=True),
     }
 
     def compute() -> Rows:
-        tokens = load_tokenizer(s.model, revision, s.chat_template_kwargs)
+        tokens = load_tokenizer(s)
         texts = contexts(tokens, condition_items("C0", records, n=len(records)))
         return [set_row(name, options, texts, tokens.encode) for name, options in sets.items()]
 
