@@ -305,3 +305,35 @@ def test_run_estimators_end_to_end(model):
     assert n_est == (len(ESTIMATORS) if res.engine.startswith("lm-polygraph") else len(TOKEN_ESTIMATORS))
     md = render_markdown(res, "m")
     assert "MeanTokenEntropy" in md and "Not computed:" in md
+
+
+@pytest.mark.slow
+def test_sampled_answers_are_table10s_draw_with_a_decodes_records(model, tmp_path):
+    """App. E: the estimators score Table 10's own answers, each one sample at the checkpoint's generation
+    settings (issue 34 item 3). A sampled estimators answer is the ptrue run's own draw (the same seeded
+    per-prompt stream, cut at the newline), and its records are those a decode reads at its tokens (the
+    tokens fed as forced steps of the model's own decode). A run directory records the draw: a resume
+    with greedy answers is refused in one line."""
+    from sleight.errors import UserError
+    from sleight.readout.ptrue.answers import sampled_answers, sampled_generations
+    from sleight.readout.ptrue.estimators import run_estimators_dir
+
+    items = load_qa_items(DEFAULT_ITEMS, limit=3)
+    sampling = Sampling()  # lm-polygraph's defaults: temperature 1.0, top-k 50, seed 1
+    prompts = [model.encode(model.render_chat([{"role": "user", "content": it.prompt}]).text) for it in items]
+    gens = sampled_generations(model, prompts, TOKENS, sampling)
+    texts = [model.decode(g.token_ids) for g in gens]
+    assert texts == [a.text for a in sampled_answers(model, items, TOKENS, sampling)]
+    assert texts != [a.text for a in greedy_answers(model, items, TOKENS)]
+    forced = model.greedy(prompts, TOKENS, forced=[list(g.token_ids) for g in gens])
+    for g, f in zip(gens, forced):
+        n = len(g.token_ids)
+        assert list(f.token_ids[:n]) == list(g.token_ids) and bool(f.forced[:n].all())
+        assert list(g.logprobs) == pytest.approx([float(v) for v in f.logprobs[:n]], abs=LOGPROB_ATOL)
+        assert list(g.entropy) == pytest.approx([float(v) for v in f.entropy[:n]], abs=ENTROPY_ATOL)
+
+    run = run_estimators_dir(lambda: model, items[:1], tmp_path, samples=1, max_new_tokens=8, B=20, answer_sampling=sampling)
+    assert [r["answer"] for r in run.rows] == [a.text for a in sampled_answers(model, items[:1], 8, sampling)]
+    with pytest.raises(UserError) as refused:
+        run_estimators_dir(lambda: model, items[:1], tmp_path, samples=1, max_new_tokens=8, B=20)
+    assert "decode" in str(refused.value) and "\n" not in str(refused.value)

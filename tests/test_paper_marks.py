@@ -129,17 +129,30 @@ def test_table4s_notes_are_app_hs_writers():
 
 
 def test_appendix_e_estimators_departures_are_notes_and_b_is_printed():
-    """App. E: the estimators score Table 10's sampled answers (here greedy: a departure, said in a
-    note, not an inference); PRR's best library estimator is MaximumSequenceProbability at 1.0 and
+    """App. E: the estimators score Table 10's sampled answers: the run samples at each checkpoint's
+    generation_config, the same settings and seed as table10's ptrue run for that checkpoint, so the
+    same draw on the same engine; PRR's best library estimator is MaximumSequenceProbability at 1.0 and
     RAUQ's entropy variant at 0.5, and the two differences are taken against those computed columns,
     no departure. App. E's item bootstrap: B = 10,000 (issue 34 item 3)."""
+    from sleight.readout.downstream_run import PTrueConfig
     from sleight.readout.ptrue.uncertainty import ESTIMATOR_COLUMNS
+    from sleight.readout.reproduce.kinds.base import run_settings
+    from sleight.readout.reproduce.kinds.estimators import answer_sampling_of
 
     t = load_table("appendix-e-estimators")
     assert (t.B, t.seed) == (10000, 0)
     assert "greedy" not in t.inferred and "MaximumSequenceProbability" not in t.inferred
-    departures = [n for n in t.notes if n.startswith("Departure")]
-    assert any("greedy answers" in n for n in departures) and not any("RAUQ" in n for n in departures)
+    assert not [n for n in t.notes if n.startswith("Departure")]
+    (run,) = t.runs.values()
+    t10 = load_table("table10")
+    (ptrue,) = t10.runs.values()
+    assert run.sampling_from == ptrue.sampling_from == "generation_config" and run.settings["max_new_tokens"] == ptrue.settings["max_new_tokens"]
+    table10_cks = {c.name: c for c in t10.checkpoints}
+    for ck in t.checkpoints:  # each checkpoint as table10 names it (model, revision, generation_config)
+        got = answer_sampling_of(run_settings(run, ck))
+        table10 = PTrueConfig(**run_settings(ptrue, table10_cks[ck.name])).sampling()
+        assert got is not None and got == table10, ck.name
+    assert any("Table 10's answers" in n and "sampled_generations" in n for n in t.notes)
     best = {c.key: c.minus for c in t.columns if c.key in ("prr_moved_minus_best", "prr05_moved_minus_best")}
     assert best == {"prr_moved_minus_best": {"scorer": "MaximumSequenceProbability"}, "prr05_moved_minus_best": {"scorer": "RAUQ (entropy)"}}
     assert {"MaximumSequenceProbability", "RAUQ (entropy)"} <= set(ESTIMATOR_COLUMNS)

@@ -226,6 +226,12 @@ def test_decode_flag_reaches_the_sampling_setting():
         _config("ptrue", parser.parse_args(["readout", "ptrue", "--top-k", "5"])).check()
     with pytest.raises(UserError, match="sampling top-p must be in"):
         PTrueConfig(decode="sampled", top_p=0.0).check()
+    # readout estimators takes the same flags (App. E scores sampled answers), checked by the same rule before any load
+    est = parser.parse_args(["readout", "estimators", "--decode", "sampled", "--top-k", "20", "--sample-seed", "7"])
+    assert (est.decode, est.top_k, est.sample_seed) == ("sampled", 20, 7)
+    bad = parser.parse_args(["readout", "estimators", "--top-k", "5", "--out", "/nonexistent/never-made"])
+    with pytest.raises(UserError, match="--top-k only apply with --decode sampled"):
+        bad.func(bad)
 
 
 @pytest.mark.slow

@@ -86,6 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-new-tokens", type=int, default=32, help="greedy budget for the model's answers (default: 32)")
     p.add_argument("--no-instruct", dest="instruct", action="store_false", help="lm-polygraph's instruct=False: answer and score the raw prompt strings, no chat template")
+    add_decode_args(p)
+    p.set_defaults(func=cmd_ptrue)
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    """How the model writes its own answers (``readout ptrue`` and ``readout estimators``)."""
     p.add_argument(
         "--decode", default="greedy", choices=["greedy", "sampled"],
         help="how the model writes its own answers: greedy (default) or sampled as lm-polygraph samples (min 2 new tokens, seeded)",
@@ -94,7 +100,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=50, help="with --decode sampled: top-k (default: 50, lm-polygraph's)")
     p.add_argument("--top-p", type=float, default=1.0, help="with --decode sampled: top-p (default: 1.0, lm-polygraph's)")
     p.add_argument("--sample-seed", type=int, default=1, help="with --decode sampled: the answers' seed (default: 1, lm-polygraph's; --seed is the bootstrap's)")
-    p.set_defaults(func=cmd_ptrue)
 
 
 def _config(kind: str, args: argparse.Namespace) -> Any:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sleight.cli.common import add_model_args, model_from_args
+from sleight.cli.readout_downstream import add_decode_args
 from sleight.errors import UserError
 
 
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="use only the first N questions")
     p.add_argument("--raw", action="store_true", help="lm-polygraph's non-instruct mode: raw prompts, no chat template")
     p.add_argument("--max-new-tokens", type=int, default=32, help="answer budget (default: 32)")
+    add_decode_args(p)
     p.add_argument("--no-polygraph", action="store_true", help="compute the estimators here even where lm-polygraph is installed")
     p.add_argument("--bootstrap", type=int, default=20000, help="bootstrap replicates (default: 20000)")
     p.add_argument("--out", default="runs/readout-estimators", help="run directory (resumed where a killed run stopped; default: runs/readout-estimators)")
@@ -34,16 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_estimators(args: argparse.Namespace) -> int:
     from sleight.readout.data import load_questions
+    from sleight.readout.ptrue.answers import answer_sampling
 
     if args.max_new_tokens < 1 or args.bootstrap < 1:
         raise UserError("--max-new-tokens and --bootstrap must be at least 1")
+    sampling = answer_sampling(args.decode, args.temperature, args.top_k, args.top_p, args.sample_seed)
     items = load_questions(args.items, args.data, limit=args.limit)
     from sleight.readout.ptrue.estimators import run_estimators_dir
 
     out = Path(args.out)
     result = run_estimators_dir(
         lambda: model_from_args(args), items, out, instruct=not args.raw, max_new_tokens=args.max_new_tokens,
-        use_polygraph=not args.no_polygraph, source=args.data or args.items or "shipped qa_items", B=args.bootstrap, overwrite=args.overwrite,
+        use_polygraph=not args.no_polygraph, source=args.data or args.items or "shipped qa_items", answer_sampling=sampling,
+        B=args.bootstrap, overwrite=args.overwrite,
     )
     print(f"readout estimators -> {out} (estimators by {result.engine}; {result.new_chunks} new parts)")
     for name in ("readings.parquet", "estimators.json", "estimators.md"):

@@ -359,9 +359,6 @@ class ForecastConfig(DownstreamConfig):
         return {"note_writer": "App. H", "note_retries": NOTE_RETRIES}
 
 
-DECODES = ("greedy", "sampled")
-
-
 @dataclass(frozen=True)
 class PTrueConfig(DownstreamConfig):
     """``sleight readout ptrue``: ``answers`` own | constructed | both; ``instruct=False``: raw prompts.
@@ -385,25 +382,14 @@ class PTrueConfig(DownstreamConfig):
 
     def check(self) -> None:
         super().check()
-        if self.decode not in DECODES:
-            raise UserError(f"unknown --decode '{self.decode}' (choose from {', '.join(DECODES)})")
-        if self.decode == "sampled":
-            self.sampling().check()
-        elif self.sampling_flags():
-            raise UserError(f"{', '.join(self.sampling_flags())} only apply with --decode sampled")
-
-    def sampling_flags(self) -> list[str]:
-        """The sampling settings changed from their defaults (flags of a greedy run: refused)."""
-        defaults = PTrueConfig()
-        return [f"--{k.replace('_', '-')}" for k in ("temperature", "top_k", "top_p", "sample_seed") if getattr(self, k) != getattr(defaults, k)]
+        self.sampling()
 
     def sampling(self) -> Any:
-        """The :class:`~sleight.readout.ptrue.answers.Sampling` of a sampled run; None when greedy."""
-        if self.decode != "sampled":
-            return None
-        from sleight.readout.ptrue.answers import Sampling
+        """The :class:`~sleight.readout.ptrue.answers.Sampling` of a sampled run; None when greedy
+        (:func:`~sleight.readout.ptrue.answers.answer_sampling`: one line on a bad setting)."""
+        from sleight.readout.ptrue.answers import answer_sampling
 
-        return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.sample_seed)
+        return answer_sampling(self.decode, self.temperature, self.top_k, self.top_p, self.sample_seed)
 
     def _counts(self) -> tuple[str, ...]:
         return ("max_new_tokens",)

@@ -307,6 +307,50 @@ def sampling_probs(top_logprobs: Sequence[float] | np.ndarray, s: BaseSampling) 
     return p[: s.top_k] if s.top_k else p
 
 
+DECODES = ("greedy", "sampled")
+
+
+def answer_sampling(decode: str, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0, seed: int = 1) -> Sampling | None:
+    """How own answers are written: None for ``greedy``; for ``sampled`` the :class:`Sampling` (checked).
+    One line for an unknown ``decode``, a bad setting, or a sampling setting given to a greedy run."""
+    from sleight.errors import UserError
+
+    if decode not in DECODES:
+        raise UserError(f"unknown --decode '{decode}' (choose from {', '.join(DECODES)})")
+    if decode == "sampled":
+        sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        sampling.check()
+        return sampling
+    d = Sampling()
+    given = [f"--{k}" for k, v, dflt in (("temperature", temperature, d.temperature), ("top-k", top_k, d.top_k), ("top-p", top_p, d.top_p), ("sample-seed", seed, d.seed)) if v != dflt]
+    if given:
+        raise UserError(f"{', '.join(given)} only apply with --decode sampled")
+    return None
+
+
+def sampled_tokens(
+    model: LanguageModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, sampling: BaseSampling, stop: Sequence[str] = POLYGRAPH_STOP
+) -> list[tuple[list[int], str]]:
+    """One sample per prompt (:meth:`LanguageModel.sample`, KV-cached, seeded per prompt): its tokens
+    before the end-of-sequence token, ended after the first newline (``stop``), and why it ended."""
+    drawn = model.sample([list(p) for p in prompts], max_new_tokens, n=1, sampling=sampling)
+    return [_stopped(model, d[0].token_ids, d[0].finish_reason, stop) for d in drawn]
+
+
+def sampled_generations(
+    model: LanguageModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, sampling: BaseSampling, stop: Sequence[str] = POLYGRAPH_STOP
+) -> list[Generation]:
+    """:func:`sampled_tokens` with the records a greedy decode would carry for them: each answer's
+    tokens scored under the unwarped model (:meth:`LanguageModel.score_tokens`, the same log-probs and
+    entropies a decode reads at those positions), so the estimators read a sampled answer as they
+    read a greedy one (App. E scores Table 10's sampled answers)."""
+    out = []
+    for p, (toks, finish) in zip(prompts, sampled_tokens(model, prompts, max_new_tokens, sampling, stop)):
+        (sc,) = model.score_tokens(p, [toks])
+        out.append(Generation.from_scored(sc, np.zeros(len(toks), dtype=bool), finish))
+    return out
+
+
 def sampled_answers(
     model: LanguageModel,
     items: Sequence[QAItem],
@@ -317,17 +361,12 @@ def sampled_answers(
     progress: Callable[[int], None] | None = None,
     stop: Sequence[str] = POLYGRAPH_STOP,
 ) -> list[Answer]:
-    """Each item's question answered by one sample (:meth:`LanguageModel.sample`, KV-cached, seeded
-    per prompt), the prompt as :func:`greedy_answers` builds it; the text is the sampled tokens
-    before the end-of-sequence token, ended after the first newline (``stop``, as
-    :func:`greedy_answers`), decoded. The draws come from sleight's per-prompt streams, not the torch
-    stream lm-polygraph seeds once per run, so they match the library's answers in distribution only."""
+    """Each item's question answered by one sample (:func:`sampled_tokens`), the prompt as
+    :func:`greedy_answers` builds it; the text is the sampled tokens, decoded. The draws come from
+    sleight's per-prompt streams, not the torch stream lm-polygraph seeds once per run, so they
+    match the library's answers in distribution only."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if instruct else it.prompt for it in items]
-    drawn = model.sample([model.encode(p) for p in prompts], max_new_tokens, n=1, sampling=sampling)
+    drawn = sampled_tokens(model, [model.encode(p) for p in prompts], max_new_tokens, sampling, stop)
     if progress is not None:
-        progress(sum(len(d[0].token_ids) for d in drawn))
-    out = []
-    for d, p in zip(drawn, prompts):
-        toks, finish = _stopped(model, d[0].token_ids, d[0].finish_reason, stop)
-        out.append(Answer(model.decode(toks), len(toks), finish, p))
-    return out
+        progress(sum(len(toks) for toks, _finish in drawn))
+    return [Answer(model.decode(toks), len(toks), finish, p) for (toks, finish), p in zip(drawn, prompts)]

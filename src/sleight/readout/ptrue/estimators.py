@@ -2,7 +2,8 @@
 
 The study's comparison ("Moved beats all fourteen"), run on one model: the model answers each
 question greedily (as :func:`~sleight.readout.ptrue.answers.greedy_answers` renders it, the same
-rule of correctness), every P(True) readout scores its own answer
+rule of correctness) or, as App. E scores Table 10's answers, by one sample drawn as the ``ptrue``
+run draws it (:func:`~sleight.readout.ptrue.answers.sampled_generations`), every P(True) readout scores its own answer
 (:func:`~sleight.readout.ptrue.readouts.ptrue_readouts`), and lm-polygraph's default estimators
 (:data:`~sleight.readout.ptrue.uncertainty.ESTIMATORS`, the library's own classes where it is
 installed) score the same answers from the decode's own records and samples drawn for the same
@@ -24,7 +25,7 @@ import pyarrow as pa
 from sleight import rundir
 from sleight.backends.base import LanguageModel
 from sleight.errors import UserError
-from sleight.readout.ptrue.answers import POLYGRAPH_STOP, Answer, QAItem, Sampling, stopped_generation
+from sleight.readout.ptrue.answers import POLYGRAPH_STOP, Answer, QAItem, Sampling, sampled_generations, stopped_generation
 from sleight.readout.ptrue.pipeline import own_pairs
 from sleight.readout.ptrue.readouts import READOUT_LABELS, ptrue_readouts
 from sleight.readout.ptrue.uncertainty import DEFAULT_SAMPLES, Comparison, answer_tokens, comparison, estimate
@@ -80,7 +81,9 @@ class EstimatorRun:
 class Answering:
     """How the model answers and how the estimators sample, as :func:`estimator_rows` takes it from
     both the in-memory comparison (:func:`run_estimators`) and the run directory
-    (:func:`run_estimators_dir`)."""
+    (:func:`run_estimators_dir`). ``answer_sampling``: None, the answer is greedy; else it is one
+    sample drawn so (App. E scores Table 10's answers, sampled at each checkpoint's generation
+    settings), with the same draw as the ``ptrue`` run's (:func:`~.answers.sampled_answers`)."""
 
     instruct: bool = True
     max_new_tokens: int = ANSWER_TOKENS
@@ -88,6 +91,13 @@ class Answering:
     samples: int = DEFAULT_SAMPLES
     sampling: Sampling | None = None
     stop: Sequence[str] = POLYGRAPH_STOP
+    answer_sampling: Sampling | None = None
+
+    def record(self) -> dict[str, object]:
+        """The answer's draw as a run directory's identity records it (nothing for a greedy answer,
+        so a run from before sampled answers resumes unchanged)."""
+        s = self.answer_sampling
+        return {} if s is None else {"decode": "sampled", "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "sample_seed": s.seed}
 
 
 def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering) -> tuple[list[WideRow], str, list[str]]:
@@ -96,7 +106,10 @@ def estimator_rows(model: LanguageModel, items: Sequence[QAItem], how: Answering
     the first newline as lm-polygraph's configs end them (``how.stop``; ``()``: at EOS or the budget)."""
     prompts = [model.render_chat([{"role": "user", "content": it.prompt}]).text if how.instruct else it.prompt for it in items]
     ids = [model.encode(p) for p in prompts]
-    gens = [stopped_generation(model, g, how.stop) for g in model.greedy(ids, how.max_new_tokens)]  # lm-polygraph's newline stop
+    if how.answer_sampling is None:
+        gens = [stopped_generation(model, g, how.stop) for g in model.greedy(ids, how.max_new_tokens)]  # lm-polygraph's newline stop
+    else:
+        gens = sampled_generations(model, ids, how.max_new_tokens, how.answer_sampling, how.stop)
     answers = [Answer(model.decode(g.token_ids), len(g.token_ids), g.finish_reason, p) for g, p in zip(gens, prompts)]
     pairs = own_pairs(items, answers)
     values = ptrue_readouts(model, [p["question"] for p in pairs], [p["answer"] for p in pairs], instruct=how.instruct)
@@ -150,16 +163,18 @@ def run_estimators(
     use_polygraph: bool = True,
     samples: int = DEFAULT_SAMPLES,
     sampling: Sampling | None = None,
+    answer_sampling: Sampling | None = None,
     B: int = 20000,
     seed: int = 0,
 ) -> EstimatorRun:
     """Per answer: text, correctness, every estimator and every P(True) readout; and the comparison.
 
     ``samples`` answers per question are drawn (``sampling``: lm-polygraph's defaults) for the
-    sampling-based estimators; ``notes`` names every default estimator not computed, and why."""
+    sampling-based estimators; ``answer_sampling``: the answer itself sampled (None: greedy);
+    ``notes`` names every default estimator not computed, and why."""
     if not items:
         raise UserError("no items to run")
-    how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling)
+    how = Answering(instruct, max_new_tokens, use_polygraph, samples, sampling, answer_sampling=answer_sampling)
     rows, engine, notes = estimator_rows(model, items, how)
     summary = summarise(rows, B=B, seed=seed)
     return EstimatorRun(engine, instruct, max_new_tokens, samples, notes, rows, summary)
@@ -209,18 +224,21 @@ def run_estimators_dir(
     use_polygraph: bool = True,
     samples: int = DEFAULT_SAMPLES,
     source: str = "items",
+    answer_sampling: Sampling | None = None,
     B: int = 20000,
     seed: int = 0,
     overwrite: bool = False,
 ) -> EstimatorRun:
     """``readout estimators`` as a resumable run directory (App. E's comparison): questions in
     fixed chunks of :data:`CHUNK`, each committed as one part, so a killed run resumes at the first
-    chunk not done and a finished one loads no model; then readings.parquet, estimators.json/md."""
+    chunk not done and a finished one loads no model; then readings.parquet, estimators.json/md.
+    ``answer_sampling``: the answers sampled so (recorded in the run's identity), else greedy."""
     if not items:
         raise UserError("no items to run")
     out = Path(out_dir)
+    how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, answer_sampling=answer_sampling)
     config = {"items": {"source": source, "n": len(items), "sha256": rundir.digest([repr(it) for it in items])}, "instruct": instruct,
-              "max_new_tokens": max_new_tokens, "use_polygraph": use_polygraph, "samples": samples, "chunk": CHUNK}
+              "max_new_tokens": max_new_tokens, "use_polygraph": use_polygraph, "samples": samples, "chunk": CHUNK, **how.record()}
     run = RunDir(out, KIND)
     run.check(config, overwrite=overwrite)
     parts = run.parts(PARTS, ESTIMATOR_SCHEMA)
@@ -228,7 +246,6 @@ def run_estimators_dir(
     done = parts.verified(list(chunks))
     todo = [k for k in chunks if k not in done]
     loaded: list[LanguageModel] = []
-    how = Answering(instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples)
 
     def start() -> dict[str, Any]:
         loaded.append(load_model())

@@ -53,7 +53,7 @@ class Column:
     score: str = "score"
     target: str | None = None
     column: str | None = None
-    equals: Any = None
+    equals: Any = None  # the value a count or share matches (a list: any of its values)
     minus: Mapping[str, Any] | None = None
     minus_score: str | None = None  # a paired difference against another score of the same rows (App. G's Δρ)
     integer: bool = False  # a count (printed without decimals)
@@ -228,8 +228,8 @@ def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
     _check_spec(r, paper, f"{where}.data.paper", command, settings, fixture=False)
     _check_spec(r, fixture, f"{where}.data.fixture", command, settings, fixture=True)
     sampling_from = obj.get("sampling_from")
-    if sampling_from is not None and (command != "ptrue" or sampling_from != "generation_config"):
-        raise r.fail(f"{where}.sampling_from", "only a ptrue run samples from each checkpoint's generation_config")
+    if sampling_from is not None and (command not in ("ptrue", "estimators") or sampling_from != "generation_config"):
+        raise r.fail(f"{where}.sampling_from", "only a ptrue or estimators run samples from each checkpoint's generation_config")
     items = obj.get("items")
     if items is not None and (not isinstance(items, int) or items < 1):
         raise r.fail(f"{where}.items", f"expected a positive integer, got {items!r}")
