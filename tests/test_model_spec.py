@@ -227,6 +227,20 @@ def test_a_tokenizer_only_table_refuses_weight_flags_in_one_line(extra, says, ca
     assert not (tmp_path / "out").exists()
 
 
+def test_a_tokenizer_only_table_beside_others_notes_the_flags_it_does_not_read(capsys, tmp_path):
+    """Named beside a table that loads weights, the flag reaches that table's engine, so it is not refused:
+    the tokenizer-only table notes it in its table and on its status line (App. C.6)."""
+    from sleight.readout.reproduce import ModelCache, reproduce
+
+    code, err = _main(["readout", "reproduce", "appendix-c6", "table4", "--models", "smollm2-135m-instruct", "--dry-run", "--dtype", "float16"], capsys)
+    assert code == 0, err
+    said: list[str] = []
+    cache = ModelCache(ModelSpec("smollm2-135m-instruct", dtype="float32"))
+    res = reproduce("appendix-c6", tmp_path, models=["smollm2-135m-instruct"], limit=1, B=20, cache=cache, status=said.append)
+    assert "Given and not read here (each checkpoint's tokenizer only, no weights): --dtype." in res.table.notes
+    assert "appendix-c6: reads tokenizers only; --dtype not read here" in said
+
+
 def test_a_tokenizer_only_table_takes_the_tokenizers_flags():
     """What C.6 reads of a spec (the checkpoint, its revision, its chat-template variables, and the
     always-set batch size) passes the check; a hub checkpoint keeps its pinned revision."""
@@ -237,7 +251,7 @@ def test_a_tokenizer_only_table_takes_the_tokenizers_flags():
     for argv in ([], ["--chat-template-kwargs", '{"enable_thinking": false}', "--batch-size", "8"]):
         args = build_parser().parse_args(["readout", "reproduce", "appendix-c6", *argv])
         cks = select_checkpoints(t, None)
-        check_specs(t, cks, ModelCache(model_spec_from_args(args, model=cks[0].model, resolve_dtype=False)))
+        check_specs([t], None, ModelCache(model_spec_from_args(args, model=cks[0].model, resolve_dtype=False)))
     assert ModelSpec("Qwen/Qwen3-4B", revision="abc").beyond_tokenizer() == []
     assert ModelSpec("Qwen/Qwen3-4B", engine="vllm", enforce_eager=True).beyond_tokenizer() == ["--engine", "--enforce-eager"]
 

@@ -388,3 +388,52 @@ def test_grader_judges_on_the_bundled_model(model, tmp_path):
         greedy = [t for t in model.greedy([ids], spec.settings["max_new_tokens"])[0].token_ids if t not in model.eos_ids]
         assert row["response"] == model.decode(greedy)
         assert row["verdict"] == verdict(row["response"]) and row["error"] == float(row["verdict"] != ("A" if row["candidate"] == "correct" else "B"))
+
+
+def test_app_h_grid_rows_difference_and_fitted_constant_are_cells():
+    """App. H: on the Qwen3 rows with a grid number, (f) − (b) is −0.0847 [−0.1304, −0.0378]; (f)'s averaged
+    Brier 0.2448 stands beside the fitted constant's 0.2220 (Table 12's fitted constants averaged over the
+    four checkpoints). The grid-row difference pairs (f)'s passages with a grid number with (b) on the same
+    passages (its rows carry no grid_found): a passage without one is in neither side."""
+    import numpy as np
+
+    from sleight.readout.reproduce.aggregate import metric_cell
+    from sleight.stats import auroc
+
+    h, t12 = load_table("appendix-h"), load_table("table12")
+    assert h.paper["Qwen3 average"]["dauc_f_b_grid"] == -0.0847 and h.paper_ci["Qwen3 average"]["dauc_f_b_grid"] == (-0.1304, -0.0378)
+    assert h.paper["Four-checkpoint average"]["fitted"] == 0.2220
+    fitted = [t12.paper[c]["fitted"] for c in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "llama-3-8b")]
+    assert round(sum(fitted) / 4, 4) == 0.2220 and "0.2220" in h.inferred
+    cols = {c.key: c for c in h.columns}
+    assert (cols["fitted"].stat, dict(cols["fitted"].where)) == ("brier_fitted", {"readout": "original"})
+
+    f = [0.9, 0.2, 0.7, 0.4, 0.6]  # (f) per passage; passage 2 writes no grid number
+    b = [0.3, 0.8, 0.1, 0.6, 0.5]
+    correct = [1.0, 0.0, 1.0, 0.0, 1.0]
+    grid = [True, True, False, True, True]
+    rows = [{"item_id": f"p{i}", "cluster": f"p{i}", "readout": "continuation", "score": f[i], "correct": correct[i], "grid_found": grid[i]} for i in range(5)]
+    rows += [{"item_id": f"p{i}", "cluster": f"p{i}", "readout": "stem", "score": b[i], "correct": correct[i], "grid_found": None} for i in range(5)]
+    cell = metric_cell(rows, cols["dauc_f_b_grid"], "forecast-readouts", {f"p{i}": i for i in range(5)}, np.ones((1, 5), dtype=np.int64))
+    keep = [i for i in range(5) if grid[i]]
+    want = float(auroc([f[i] for i in keep], [correct[i] for i in keep])) - float(auroc([b[i] for i in keep], [correct[i] for i in keep]))
+    assert cell.n == 4 and cell.estimate == want
+
+
+def test_table9_letter_counts_are_cells():
+    """App. E (and §4): on 500 MMLU items an A–D letter is the argmax at the library's position on 387, 496 and
+    500 items (the letter_argmax shares), 179, 215 and 129 of them C or D; with the quoted instruction
+    deleted a letter is the argmax on 0, 0 and 3. A count's ``equals`` list counts a row holding any of
+    its values (the letter with or without its space)."""
+    from sleight.readout.reproduce.aggregate import stat_cell
+
+    t = load_table("table9")
+    got = {c: (t.paper[c]["letter_argmax"], t.paper[c]["letter_c_or_d"], t.paper[c]["letter_argmax_deleted"]) for c in ("qwen3-4b", "qwen3-8b", "qwen3-14b")}
+    assert got == {"qwen3-4b": (0.774, 179, 0), "qwen3-8b": (0.992, 215, 0), "qwen3-14b": (1.0, 129, 3)}
+    assert not any("387" in n for n in t.notes)
+    cols = {c.key: c for c in t.columns}
+    rows = [{"setting": "own", "readout": "library", "argmax_class": k, "argmax_token": tok}
+            for k, tok in (("answer_letter", " C"), ("answer_letter", "D"), ("answer_letter", " A"), ("prose", " C"), ("answer_letter", "B"))]
+    rows += [{"setting": "own", "readout": "deleted", "argmax_class": k, "argmax_token": "x"} for k in ("answer_letter", "prose", "prose")]
+    assert stat_cell(rows, cols["letter_c_or_d"]).estimate == 2.0  # " C" and "D" among the letters, not the prose " C"
+    assert stat_cell(rows, cols["letter_argmax_deleted"]).estimate == 1.0 and cols["letter_c_or_d"].integer

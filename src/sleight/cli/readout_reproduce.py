@@ -61,8 +61,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     first = select_checkpoints(configs[0], models)
     base = model_spec_from_args(args, model=first[0].model if first else None, resolve_dtype=False)  # each checkpoint's derives from it
     cache = ModelCache(base)
-    for config in configs:  # every table's checkpoint specs checked before anything runs
-        check_specs(config, select_checkpoints(config, models), cache)
+    check_specs(configs, models, cache)  # every table's checkpoint specs, before anything runs
     if args.dry_run:
         for config in configs:
             print("\n".join(dry_run_lines(config, select_checkpoints(config, models), args.limit, dtype=base.dtype)))

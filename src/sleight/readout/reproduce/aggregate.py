@@ -277,12 +277,19 @@ def doc_rho_cell(rows: Sequence[Mapping[str, Any]], column: Column, units: Mappi
     return _interval(estimate, reps, level, n)
 
 
+def _equals(value: Any, equals: Any) -> bool:
+    """A row's value against a column's ``equals``: one value, or a list of the values that count
+    (Table 9's "C or D": the argmax token as each letter is written, with or without its space)."""
+    return value in equals if isinstance(equals, list) else bool(value == equals)
+
+
 def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     """A descriptive cell of one checkpoint: median / mean of a column over the selected rows (None
-    and NaN left out), the share of rows whose column equals ``equals``, or the number of rows."""
+    and NaN left out), the share of rows whose column equals ``equals`` (a list: any of its values),
+    or the number of rows."""
     chosen = select(rows, column.where)
     if column.stat == "count":  # the rows, or (with a column) those whose column equals ``equals`` (Table 16)
-        hits = chosen if column.column is None else [r for r in chosen if r.get(column.column) == column.equals]
+        hits = chosen if column.column is None else [r for r in chosen if _equals(r.get(column.column), column.equals)]
         return Cell(float(len(hits)), n=len(chosen))
     if column.stat in ("brier_constant", "brier_fitted"):  # Table 12: a constant forecast's Brier on these rows
         y = [x for x in (_number(r.get(column.target or "correct")) for r in chosen) if math.isfinite(x)]
@@ -297,7 +304,7 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)
-        return Cell(sum(v == column.equals for v in values) / n if n else math.nan, n=n)
+        return Cell(sum(_equals(v, column.equals) for v in values) / n if n else math.nan, n=n)
     nums = np.asarray([x for x in (_number(v) for v in values) if math.isfinite(x)], dtype=np.float64)
     if not nums.size:
         return Cell(math.nan, n=0)

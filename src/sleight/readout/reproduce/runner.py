@@ -84,20 +84,32 @@ def load_model_spec(spec: ModelSpec) -> Any:
     return load_model(spec)
 
 
-def check_specs(config: TableConfig, checkpoints: Sequence[Checkpoint], cache: ModelCache) -> None:
-    """Every checkpoint's spec, before anything runs: a setting a checkpoint refuses (``--revision`` on
-    a bundled model) is one line, and so is a flag about the weights or the engine given to a table
-    whose runs read only tokenizers (App. C.6): nothing would read it, so it is refused, not ignored."""
+def check_specs(configs: Sequence[TableConfig], models: Sequence[str] | None, cache: ModelCache) -> None:
+    """Every checkpoint's spec of every table a command names, before anything runs: a setting a
+    checkpoint refuses (``--revision`` on a bundled model) is one line; so are flags about the
+    weights or the engine when every table named reads only tokenizers (App. C.6), since nothing
+    would read them. Where another table reads them, a tokenizer-only table notes them
+    (:func:`unread_flags`)."""
+    for config in configs:
+        for ck in select_checkpoints(config, models):
+            cache.spec(ck, config.dtype)
+    given = cache.base.beyond_tokenizer()
+    if given and configs and all(unread_flags(c, cache.base) for c in configs):
+        names = ", ".join(c.name for c in configs)
+        raise UserError(
+            f"{names} read{'s' if len(configs) == 1 else ''} each checkpoint's tokenizer only and load{'s' if len(configs) == 1 else ''} "
+            f"no weights: {', '.join(given)} mean{'s' if len(given) == 1 else ''} nothing there (drop {'it' if len(given) == 1 else 'them'})"
+        )
+
+
+def unread_flags(config: TableConfig, base: ModelSpec) -> list[str]:
+    """The flags about the weights or the engine that ``config`` does not read: all those given, for a
+    table whose runs read only tokenizers (App. C.6); none for any other."""
     from sleight.readout.reproduce import kinds
 
-    for ck in checkpoints:
-        cache.spec(ck, config.dtype)
-    given = cache.base.beyond_tokenizer()
-    if given and all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
-        raise UserError(
-            f"{config.name} reads each checkpoint's tokenizer only and loads no weights: {', '.join(given)} "
-            f"mean{'s' if len(given) == 1 else ''} nothing there (drop {'it' if len(given) == 1 else 'them'})"
-        )
+    if all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
+        return base.beyond_tokenizer()
+    return []
 
 
 def select_checkpoints(config: TableConfig, models: Sequence[str] | None) -> list[Checkpoint]:
@@ -254,10 +266,15 @@ def reproduce(
     B_, seed_ = (config.B if B is None else B), (config.seed if seed is None else seed)
     n = config.limit if limit is None else limit
     checkpoints = select_checkpoints(config, models)
-    check_specs(config, checkpoints, models_cache)
+    for ck in checkpoints:  # a setting a checkpoint refuses (--revision on a bundled model) is one line before any run
+        models_cache.spec(ck, config.dtype)
     given = parse_overrides(overrides)
     plan = {name: resolve_data(spec, data, given) for name, spec in config.runs.items()}
     notes = _notes(config, plan, n, bool(models), say)
+    unread = unread_flags(config, models_cache.base)
+    if unread:  # a command naming only such tables refuses them (check_specs); beside others they are noted
+        notes.append(f"Given and not read here (each checkpoint's tokenizer only, no weights): {', '.join(unread)}.")
+        say(f"{config.name}: reads tokenizers only; {', '.join(unread)} not read here")
     root = Path(out)
     table_dir = root / config.name
     readings: dict[str, dict[str, list[dict[str, Any]]]] = {}
