@@ -234,6 +234,8 @@ def test_a_tokenizer_only_table_beside_others_notes_the_flags_it_does_not_read(c
 
     code, err = _main(["readout", "reproduce", "appendix-c6", "table4", "--models", "smollm2-135m-instruct", "--dry-run", "--dtype", "float16"], capsys)
     assert code == 0, err
+    code, err = _main(["readout", "reproduce", "table8", "--dry-run", "--dtype", "float16"], capsys)  # no runs: it reads no tokenizer either
+    assert code == 0 and "tokenizer" not in err, err
     said: list[str] = []
     cache = ModelCache(ModelSpec("smollm2-135m-instruct", dtype="float32"))
     res = reproduce("appendix-c6", tmp_path, models=["smollm2-135m-instruct"], limit=1, B=20, cache=cache, status=said.append)

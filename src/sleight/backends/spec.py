@@ -163,9 +163,9 @@ class ModelSpec:
         return [k for k in VLLM_FIELDS if getattr(self, k) != getattr(dflt, k)]
 
     def beyond_tokenizer(self) -> list[str]:
-        """The flags set here (away from a plain load's) that concern the weights or the engine: a run
-        that reads only the checkpoint's tokenizer (App. C.6) refuses them. ``batch_size`` always
-        has a value, so it is not counted."""
+        """The flags set here (away from a plain load's) that concern the weights or the engine, which
+        a run reading only the checkpoint's tokenizer (App. C.6) does not read. ``batch_size``
+        always has a value, so it is not counted."""
         plain = ModelSpec(self.model)
         return [
             opt.flag or name for name, opt in options()

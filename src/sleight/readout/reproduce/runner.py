@@ -107,7 +107,7 @@ def unread_flags(config: TableConfig, base: ModelSpec) -> list[str]:
     table whose runs read only tokenizers (App. C.6); none for any other."""
     from sleight.readout.reproduce import kinds
 
-    if all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
+    if config.runs and all(kinds.kind(spec.command).tokenizer_only for spec in config.runs.values()):
         return base.beyond_tokenizer()
     return []
 
