@@ -419,6 +419,15 @@ def test_app_h_grid_rows_difference_and_fitted_constant_are_cells():
     want = float(auroc([f[i] for i in keep], [correct[i] for i in keep])) - float(auroc([b[i] for i in keep], [correct[i] for i in keep]))
     assert cell.n == 4 and cell.estimate == want
 
+    # §6, App. H: (f)'s forecasts concentrate on one value: 50 on 167 and 221 passages, 70 on 232 of Qwen3-14B's
+    assert (h.paper["qwen3-4b"]["f_writes_50"], h.paper["qwen3-8b"]["f_writes_50"], h.paper["qwen3-14b"]["f_writes_70"]) == (167, 221, 232)
+    from sleight.readout.reproduce.aggregate import stat_cell
+    from sleight.readout.scan.text_parsers import continuation_forecast
+
+    texts = ["About 70 of them.", "70", "Maybe 50 readers", "They would answer in prose."]  # the last writes none: 0.5, not counted
+    rows = [{"readout": "continuation", "score": continuation_forecast(t, ("10", "30", "50", "70", "90")), "grid_found": t != texts[-1]} for t in texts]
+    assert (stat_cell(rows, cols["f_writes_70"]).estimate, stat_cell(rows, cols["f_writes_50"]).estimate) == (2.0, 1.0)
+
 
 def test_table9_letter_counts_are_cells():
     """App. E (and §4): on 500 MMLU items an A–D letter is the argmax at the library's position on 387, 496 and
