@@ -34,7 +34,8 @@ QUANTIZATIONS = (
 # CUDA: vLLM's share of the GPU when none is given. The study's 0.90 when vLLM scores its own
 # tokens; half when an hf twin (scorer "twin") needs the rest.
 GPU_MEMORY_UTILIZATION = {"engine": 0.90, "twin": 0.5}
-# What a tokenizer-only run (App. C.6) reads of a spec: which checkpoint, and how it renders.
+# What a tokenizer-only run (App. C.6) reads of a spec: which checkpoint, and how it renders (and
+# batch_size, which always has a value, so a run cannot tell it was given).
 TOKENIZER_FIELDS = ("model", "revision", "chat_template_kwargs", "batch_size")
 # Engine settings every field of which is a vLLM-only argument (the hf engine refuses them).
 VLLM_FIELDS = (

@@ -310,19 +310,26 @@ def sampling_probs(top_logprobs: Sequence[float] | np.ndarray, s: BaseSampling) 
 DECODES = ("greedy", "sampled")
 
 
-def answer_sampling(decode: str, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0, seed: int = 1) -> Sampling | None:
-    """How own answers are written: None for ``greedy``; for ``sampled`` the :class:`Sampling` (checked).
-    One line for an unknown ``decode``, a bad setting, or a sampling setting given to a greedy run."""
+def answer_sampling(
+    decode: str, temperature: float | None = None, top_k: int | None = None, top_p: float | None = None, seed: int | None = None
+) -> Sampling | None:
+    """How own answers are written: None for ``greedy``; for ``sampled`` the :class:`Sampling` (checked),
+    a setting not given taking the library's default. One line for an unknown ``decode``, a bad
+    setting, or a sampling setting other than the default given to a greedy run."""
     from sleight.errors import UserError
 
     if decode not in DECODES:
         raise UserError(f"unknown --decode '{decode}' (choose from {', '.join(DECODES)})")
-    if decode == "sampled":
-        sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        sampling.check()
-        return sampling
     d = Sampling()
-    given = [f"--{k}" for k, v, dflt in (("temperature", temperature, d.temperature), ("top-k", top_k, d.top_k), ("top-p", top_p, d.top_p), ("sample-seed", seed, d.seed)) if v != dflt]
+    s = Sampling(
+        temperature=d.temperature if temperature is None else temperature, top_k=d.top_k if top_k is None else top_k,
+        top_p=d.top_p if top_p is None else top_p, seed=d.seed if seed is None else seed,
+    )
+    if decode == "sampled":
+        s.check()
+        return s
+    flags = {"temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "seed": "sample-seed"}
+    given = [f"--{flag}" for field, flag in flags.items() if getattr(s, field) != getattr(d, field)]
     if given:
         raise UserError(f"{', '.join(given)} only apply with --decode sampled")
     return None

@@ -174,7 +174,9 @@ def run_estimators(
     ``notes`` names every default estimator not computed, and why."""
     if not items:
         raise UserError("no items to run")
-    how = Answering(instruct, max_new_tokens, use_polygraph, samples, sampling, answer_sampling=answer_sampling)
+    how = Answering(
+        instruct=instruct, max_new_tokens=max_new_tokens, use_polygraph=use_polygraph, samples=samples, sampling=sampling, answer_sampling=answer_sampling
+    )
     rows, engine, notes = estimator_rows(model, items, how)
     summary = summarise(rows, B=B, seed=seed)
     return EstimatorRun(engine, instruct, max_new_tokens, samples, notes, rows, summary)

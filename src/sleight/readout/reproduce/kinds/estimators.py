@@ -30,13 +30,9 @@ def estimator_rows(ctx: RunContext) -> Rows:
 
 def answer_sampling_of(s: Mapping[str, Any]) -> Sampling | None:
     """The answers' draw a run's settings name (None: greedy), one line on a bad setting."""
-    from sleight.readout.ptrue.answers import Sampling, answer_sampling
+    from sleight.readout.ptrue.answers import answer_sampling
 
-    d = Sampling()
-    return answer_sampling(
-        str(s.get("decode", "greedy")), float(s.get("temperature", d.temperature)), int(s.get("top_k", d.top_k)),
-        float(s.get("top_p", d.top_p)), int(s.get("sample_seed", d.seed)),
-    )
+    return answer_sampling(str(s.get("decode", "greedy")), s.get("temperature"), s.get("top_k"), s.get("top_p"), s.get("sample_seed"))
 
 
 def _check(s: Mapping[str, Any]) -> str | None:
