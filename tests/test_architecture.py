@@ -79,7 +79,7 @@ TIERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("tokens", "spec", "kv_slab", "ragged", "cache_ops", "decode_state", "transport", "vllm_wire"),
         ("sampling", "decode_stream", "vllm_registry"),
         ("hf", "request_engine"),
-        ("vllm", "chat", "served_probe", "served_wire"),
+        ("vllm", "chat", "served_probe", "served_wire", "seq2seq"),
         ("served",),
         ("served_llama",),
     ),

@@ -1,7 +1,9 @@
 """Model layer: one interface (:class:`LanguageModel`), several engines.
 
-``load_model(spec)`` is the only entry point the instruments use; a :class:`ModelSpec` carries every
-engine setting from the command line or a sweep file to the engine.
+``load_model(spec)`` is the entry point the instruments use; a :class:`ModelSpec` carries every
+engine setting from the command line or a sweep file to the engine. The one reading that is not a
+next token after a context, App. F's decoder reopened under an encoder's input, loads an
+encoder–decoder checkpoint from the same spec (:func:`sleight.backends.seq2seq.load_seq2seq`).
 
 May import: ``sleight.errors`` only (every other layer builds on this one).
 """

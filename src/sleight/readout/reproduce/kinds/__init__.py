@@ -7,7 +7,7 @@ import functools
 
 from sleight.readout.reproduce.kinds.base import Rows, RunContext, RunKind, checkpoint_spec, run_settings
 
-MODULES = ("downstream", "audit", "forecast_readouts", "scan", "estimators", "conditions", "named_items", "constructed_reader", "vocabulary", "grader")
+MODULES = ("downstream", "audit", "forecast_readouts", "scan", "estimators", "conditions", "named_items", "constructed_reader", "vocabulary", "grader", "sequence_mass")
 
 
 @functools.cache
@@ -22,12 +22,13 @@ def registry() -> dict[str, RunKind]:
         grader,
         named_items,
         scan,
+        sequence_mass,
         vocabulary,
     )  # fmt: skip
 
     modules = {"downstream": downstream, "audit": audit, "forecast_readouts": forecast_readouts, "scan": scan, "estimators": estimators,
                "conditions": conditions, "named_items": named_items, "constructed_reader": constructed_reader, "vocabulary": vocabulary,
-               "grader": grader}  # fmt: skip
+               "grader": grader, "sequence_mass": sequence_mass}  # fmt: skip
     assert tuple(modules) == MODULES
     out: dict[str, RunKind] = {}
     for m in MODULES:
