@@ -128,6 +128,8 @@ def test_task_environment_and_error_lines():
     env = execute.task_env(0, 2, {"HF_HUB_OFFLINE": "1", "SECRET": "x"})
     assert env == {**OPENMP_ENV, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
     assert "OMP_NUM_THREADS" not in execute.task_env(1, 1, {})
+    assert execute.local_cluster_env({}) == {"RAY_worker_niceness": "0"}  # Ray's default nices workers by 15
+    assert execute.local_cluster_env({"RAY_worker_niceness": "5"}) == {}  # a user's own stays
     assert execute.error_line(UserError("bad input\nmore")) == "bad input"
     assert execute.error_line(ValueError("x\ny")) == "ValueError: y"
 
@@ -231,6 +233,8 @@ def test_ray_sweep_killed_task_resumed_equals_unsharded_runs(tmp_path, gguf):
                 victim = s
         time.sleep(0.05)
     assert victim is not None, "no task was caught mid-way"
+    # a task runs at the command's own priority, not niced below every other job (local_cluster_env)
+    assert os.getpriority(os.PRIO_PROCESS, victim["pid"]) == os.getpriority(os.PRIO_PROCESS, 0)
     os.kill(victim["pid"], signal.SIGKILL)
     committed = {p.name: p.stat().st_mtime_ns for p in (out / names[0] / "trials.parquet").glob("*.parquet")}
     stdout, stderr = proc.communicate(timeout=1500)
@@ -265,7 +269,7 @@ def test_ray_sweep_killed_task_resumed_equals_unsharded_runs(tmp_path, gguf):
     assert idle.returncode == 0 and "sweep: nothing to do" in idle.stdout
 
 
-def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
+def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads(monkeypatch):
     """``run_on_ray`` against a stand-in of the ``ray`` module's calls it makes (init, remote,
     options, wait, get, shutdown): each task asks for its own tensor-parallel GPUs on a GPU cluster,
     none on a CPU cluster, where its torch threads are its CPUs."""
@@ -292,7 +296,7 @@ def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
             self.gpus, self.log, self.down = gpus, [], False
 
         def init(self, **kw):
-            pass
+            self.env = os.environ.get("RAY_worker_niceness")  # what a local cluster started here reads
 
         def cluster_resources(self):
             return {"GPU": self.gpus}
@@ -309,6 +313,7 @@ def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
         def shutdown(self):
             self.down = True
 
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     tasks = [Task("a", TamperJob(ModelSpec("a", engine="vllm"), out=Path("OUT/a"))),
              Task("b", TamperJob(ModelSpec("b", engine="vllm", tensor_parallel_size=4), out=Path("OUT/b")))]  # fmt: skip
     for gpus, expected in ((8.0, [1.0, 4.0]), (0.0, [0.0, 0.0])):
@@ -316,6 +321,7 @@ def test_ray_tasks_ask_for_their_own_gpus_and_cpu_tasks_get_threads():
         display = execute.Display({}, stream=io.StringIO(), enabled=False)
         results, asked = execute.run_on_ray(ray, tasks, lambda job: [job.model.model], display, address=None, gpus=None, cpus=2)
         assert asked == expected and ray.down and all(r.ok for r in results)
+        assert ray.env == "0" and "RAY_worker_niceness" not in os.environ  # for ray.init only
         if gpus:
             assert [job for _, _, job in ray.log] == [t.job for t in tasks]
         else:  # on CPU a task's torch threads are its CPUs

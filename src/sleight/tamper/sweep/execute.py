@@ -188,6 +188,18 @@ def task_env(gpus: float, cpus: int, base: Mapping[str, str] | None = None) -> d
     return env
 
 
+def local_cluster_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What ``ray.init`` adds to the environment of a cluster it starts (the raylet's, hence its
+    workers'): task workers at this command's own priority, ``RAY_worker_niceness`` 0 (an increment
+    on the raylet's niceness, which is this process's). Ray's default nices every worker by 15, so
+    a sweep's tasks, its whole work, yield to anything else on the machine: beside a 2-thread torch
+    job on 2 cores they got a sixth of the CPU and the job the rest (``benchmarks/ray_sweep.py``).
+    A niceness of the user's own stays theirs; a running cluster (``--ray ADDRESS``, ``RAY_ADDRESS``,
+    ``ray start``) keeps its own settings, this environment reaching none of its processes (pure)."""
+    base = os.environ if base is None else base
+    return {} if "RAY_worker_niceness" in base else {"RAY_worker_niceness": "0"}
+
+
 def cluster_gpus(ray: Any) -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
@@ -220,7 +232,13 @@ def run_on_ray(
     }
     if address:
         kwargs["address"] = address
-    ray.init(**kwargs)
+    added = local_cluster_env()
+    os.environ.update(added)  # read by the processes a local cluster starts, and only there
+    try:
+        ray.init(**kwargs)
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
     try:
         has_gpus = cluster_gpus(ray) > 0
         remote = ray.remote(num_cpus=cpus, num_gpus=0, max_calls=1, max_retries=0)(task_fn)
