@@ -169,3 +169,36 @@ def test_reproduce_appendix_f_on_a_t5_folder_writes_the_table_and_resumes(tiny_t
     assert manifest["config"]["encoder_decoder"] is True
     again = reproduce("appendix-f", tmp_path, models=[str(tiny_t5)], limit=2, B=20, status=lambda _m: None)
     assert again.table.rows[0].cells["mass"].estimate == row.cells["mass"].estimate
+
+
+@pytest.mark.parametrize("hub_id", ["google/flan-t5-xl", "google/flan-t5-xxl", "google/flan-ul2"])
+def test_the_flan_shapes_count_as_transformers_builds_them(hub_id):
+    """App. F's checkpoints in the dry run's memory plan: weights by tensor from the shipped shapes,
+    equal to transformers' own T5 built from them on the meta device (no weights read)."""
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from sleight.backends import memory as mem
+    from sleight.backends.architectures import architecture
+
+    arch = architecture(hub_id)
+    assert arch is not None and arch.config["is_encoder_decoder"] is True
+    with torch.device("meta"):
+        model = T5ForConditionalGeneration(T5Config(**dict(arch.config)))
+        # transformers ties T5's output layer to the embedding when it builds one, and unties it when a
+        # checkpoint holds both with different values (Flan-T5 and UL2 do): the loaded model's shapes
+        model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.shared.weight))
+    assert arch.config["tie_word_embeddings"] is False
+    assert sum(t.params for t in mem.tensors(arch.config)) == sum(p.numel() for p in model.parameters())
+
+
+def test_the_tiny_t5s_shapes_count_as_its_own_parameters(tiny_t5):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from sleight.backends import memory as mem
+    from sleight.backends.architectures import architecture
+
+    arch = architecture(str(tiny_t5))  # the folder's own config.json
+    assert arch is not None
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_t5)
+    assert sum(t.params for t in mem.tensors(arch.config)) == sum(p.numel() for p in model.parameters())

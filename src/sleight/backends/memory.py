@@ -194,9 +194,12 @@ def _attention(text: Mapping[str, object], kinds: list[str], i: int) -> _Attn:
 
 # -- the weights, tensor by tensor -----------------------------------------------------------------
 def tensors(config: Mapping[str, object]) -> list[Tensor]:
-    """The text model's tensors as vLLM allocates them (encoder towers are not here)."""
+    """The text model's tensors as vLLM allocates them (encoder towers are not here); an
+    encoder–decoder T5's as transformers builds it (:func:`t5_tensors`)."""
     text = text_config(config)
     mtype = str(text.get("model_type") or config.get("model_type") or "")
+    if _int(text, "d_model") and text.get("is_encoder_decoder") is True:
+        return t5_tensors(text)
     hidden = _int(text, "hidden_size")
     vocab = _int(text, "vocab_size")
     kinds = layer_kinds(text)
@@ -214,6 +217,31 @@ def tensors(config: Mapping[str, object]) -> list[Tensor]:
                 Tensor("per_layer_model_projection", width, hidden, linear=True), Tensor("per_layer_projection_norm", ple, 1)]  # fmt: skip
     for i in range(len(kinds)):
         out += _layer(text, mtype, kinds, i, hidden, gemma, qk_norm)
+    return out
+
+
+def t5_tensors(text: Mapping[str, object]) -> list[Tensor]:
+    """A T5-family encoder–decoder (T5, Flan-T5, UL2; App. F's checkpoints): the shared embedding and
+    an output layer unless tied; per encoder layer self-attention and the feed-forward block, per
+    decoder layer self- and cross-attention and the block (two input projections when gated); the
+    relative position biases of each stack's first layer; RMS norms (weights only). It reads no KV
+    cache: App. F's teacher-forced pass keeps none (:mod:`sleight.backends.seq2seq`)."""
+    d, vocab, heads = _int(text, "d_model"), _int(text, "vocab_size"), _int(text, "num_heads")
+    inner, ff = heads * _int(text, "d_kv"), _int(text, "d_ff")
+    enc_layers = _int(text, "num_layers")
+    dec_layers = _int(text, "num_decoder_layers") or enc_layers
+    gated = text.get("is_gated_act") is True or str(text.get("feed_forward_proj") or "").startswith("gated")
+    attn = [Tensor("q_k_v", inner, d, 3, linear=True), Tensor("o", d, inner, linear=True)]
+    ffn = [Tensor("wi", ff, d, 2 if gated else 1, linear=True), Tensor("wo", d, ff, linear=True)]
+    out = [Tensor("shared", vocab, d)]
+    if text.get("tie_word_embeddings") is not True:
+        out.append(Tensor("lm_head", vocab, d))
+    buckets = _int(text, "relative_attention_num_buckets", 32)
+    out += [Tensor("relative_attention_bias", buckets, heads, 2), Tensor("final_layer_norm", d, 1, 2)]
+    for _ in range(enc_layers):
+        out += [*attn, *ffn, Tensor("layer_norm", d, 1, 2)]
+    for _ in range(dec_layers):
+        out += [*attn, *attn, *ffn, Tensor("layer_norm", d, 1, 3)]
     return out
 
 
