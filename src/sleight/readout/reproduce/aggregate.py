@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.config import LOO_SUMMARIES, Average, Checkpoint, Column, Summary, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
@@ -347,6 +348,8 @@ def summary_cell(summary: Summary, rows: Sequence[TableRow], loo: Mapping[str, M
         value = math.nan
     elif summary.how in ("negative", "positive"):
         value = float(np.sum(est < 0) if summary.how == "negative" else np.sum(est > 0))
+    elif summary.how == "below":  # cells under §3's floor (App. I: the stemmed medians below it)
+        value = float(np.sum(est < MASS_FLOOR))
     elif summary.how == "excludes_zero":
         value = float(sum(1 for c in cells if (c.low > 0 or c.high < 0)))  # NaN bounds compare False
     else:

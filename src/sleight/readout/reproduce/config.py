@@ -31,9 +31,10 @@ METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc", "d
 # ``doc_spearman`` (App. G: Spearman of ``column`` against ``target`` within each ``doc_id``, averaged
 # over the documents where it is defined), ``doc_undefined`` (App. G's missing documents: those where it is not)
 STATS = ("median", "mean", "share", "count", "min", "max", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined")
-# a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells); ``loo_min``/
-# ``loo_max``: the lowest/highest of an average's leave-one-checkpoint-out estimates, with its interval (App. E)
-SUMMARIES = ("min", "max", "sum", "negative", "positive", "excludes_zero", "loo_min", "loo_max")
+# a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells); ``below``: how
+# many cells are under §3's floor of 0.5 (App. I: the stemmed medians below it); ``loo_min``/``loo_max``: the
+# lowest/highest of an average's leave-one-checkpoint-out estimates, with its interval (App. E)
+SUMMARIES = ("min", "max", "sum", "negative", "positive", "below", "excludes_zero", "loo_min", "loo_max")
 LOO_SUMMARIES = ("loo_min", "loo_max")
 TARGET_STATS = ("brier_constant", "brier_fitted")
 SOURCES = ("auto", "paper", "fixture")
@@ -64,8 +65,8 @@ class Column:
 @dataclass(frozen=True)
 class Summary:
     """One number across a table's checkpoint cells: ``how`` (min, max, sum, or how many cells are
-    negative, positive, or have an interval excluding zero) over the ``columns`` given, beside the
-    number the paper prints for it (``paper``; None where it prints none). ``average``: only its
+    negative, positive, under §3's floor of 0.5, or have an interval excluding zero) over the ``columns``
+    given, beside the number the paper prints for it (``paper``; None where it prints none). ``average``: only its
     members' cells (App. H prints bounds over the Qwen3 checkpoints); ``loo_min``/``loo_max`` read one
     column of that average with each member left out in turn (App. E prints the range so)."""
 

@@ -1,0 +1,138 @@
+"""Issue 34: every printed number as a cell, and a difference computed for every cell a run measures.
+
+Tables 14, 10 and 9 carried App. I's and App. E's printed numbers only in their notes. Those a run of the
+config already measures are cells now (Table 14's stemmed medians and letter counts with two summaries,
+Table 10's label-token argmax count); the others stay notes that say why no cell carries them. Each
+test cites the section it holds the config to, checks the config as printed and computes a cell by hand
+from readings of the run's kind."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sleight.readout.reproduce import load_table
+from sleight.readout.reproduce.aggregate import aggregate, stat_cell
+from sleight.readout.reproduce.config import Checkpoint, Summary
+from tolerances import FLOAT64_ATOL
+
+CONDITIONS = ("c0", "n1", "s1", "d1", "a1", "a2", "t1", "t2")
+
+
+def _column(table, key):
+    return next(c for c in table.columns if c.key == key)
+
+
+# -- Table 14 (App. I): the medians and letters at each condition's own answer stem ------------------------------
+def test_table14_stemmed_medians_are_cells_as_printed():
+    """App. I: "With their own answer stems ... all eight medians clear the floor under T1 and seven under
+    T2. Falcon's stemmed medians are 0.45421 with MMLU-Pro and 0.33207 under T2"; "With the stem,
+    Llama-3-8B-Instruct's C0 median is 0.99352" (also §3); "No item has an item-letter or A-D
+    answer-letter argmax with the primary stem in any of the eight conditions on the eight checkpoints".
+    Each condition's run reads its own stem (variant stem): a median and a letter count per condition,
+    the three printed medians as paper cells, the exceptions' count (2, marked inferred) and the letter
+    total (0) as summaries; the separator-supplied medians stay a note (no run reads that control)."""
+    t = load_table("table14")
+    for c in CONDITIONS:
+        mass, letters = _column(t, f"{c}_stem_mass"), _column(t, f"{c}_stem_letters")
+        assert (mass.run, dict(mass.where), mass.stat, mass.column) == (c, {"variant": "stem"}, "median", "option_mass")
+        assert (letters.run, dict(letters.where), letters.stat, letters.column, letters.equals) == (c, {"variant": "stem"}, "count", "letter", True)
+        assert t.runs[c].settings["variants"] == ["original", "stem"]
+    assert {(r, k): v for r, row in t.paper.items() for k, v in row.items() if "_stem_" in k} == {
+        ("falcon-7b", "d1_stem_mass"): 0.45421, ("falcon-7b", "t2_stem_mass"): 0.33207, ("llama-3-8b", "c0_stem_mass"): 0.99352,
+    }  # fmt: skip
+    below, letters = (next(s for s in t.summaries if s.key == k) for k in ("stem_below", "stem_letters"))
+    assert (below.how, below.paper, below.columns) == ("below", 2.0, tuple(f"{c}_stem_mass" for c in CONDITIONS))
+    assert (letters.how, letters.paper, letters.columns) == ("sum", 0.0, tuple(f"{c}_stem_letters" for c in CONDITIONS))
+    assert "stemmed medians under the floor, 2" in t.inferred
+    assert not any(p in n for n in t.notes for p in ("0.45421", "0.33207", "0.99352"))  # cells now, not notes
+    (note,) = [n for n in t.notes if "separator supplied" in n]
+    assert "0.14991" in note and "not cells" in note and "appendix-c2" in note
+
+
+def test_table14_stem_cells_and_summaries_by_hand():
+    """The stemmed cells read only the stem rows (the original ending's rows left out), and the summaries
+    count the stemmed medians under §3's floor of 0.5 and add the stemmed letter counts, on Table 14's
+    own config."""
+    t = load_table("table14")
+    rng = np.random.default_rng(3)
+    readings: dict[str, dict[str, list[dict]]] = {}
+    for k, ck in enumerate(("a", "b")):
+        readings[ck] = {}
+        for j, c in enumerate(CONDITIONS):
+            stem = rng.uniform(0.2, 1.0, size=5)
+            rows = [{"item_id": f"q{i}", "variant": "original", "option_mass": 1e-6, "letter": True} for i in range(5)]
+            rows += [{"item_id": f"q{i}", "variant": "stem", "option_mass": float(m), "letter": i < (j + k) % 3} for i, m in enumerate(stem)]
+            readings[ck][c] = rows
+    res = aggregate(t, [Checkpoint("a", "ma"), Checkpoint("b", "mb")], readings, B=20)
+    medians, counts = [], 0
+    for row in (r for r in res.rows if r.kind == "checkpoint"):
+        for c in CONDITIONS:
+            stem = [r for r in readings[row.name][c] if r["variant"] == "stem"]
+            m = float(np.median([r["option_mass"] for r in stem]))
+            assert row.cells[f"{c}_stem_mass"].estimate == pytest.approx(m, abs=FLOAT64_ATOL)
+            assert row.cells[f"{c}_stem_letters"].estimate == sum(r["letter"] for r in stem)
+            medians.append(m)
+            counts += sum(r["letter"] for r in stem)
+    got = {s.summary.key: (s.value, s.n) for s in res.summaries}
+    assert got["stem_below"] == (sum(m < 0.5 for m in medians), 16) and got["stem_letters"] == (counts, 16)
+
+
+def test_below_summary_counts_cells_under_the_floor():
+    """``how: below`` counts the defined cells under 0.5 (§3's floor); an undefined cell is not counted."""
+    from sleight.readout.reproduce.aggregate import Cell, TableRow, summary_cell
+
+    rows = [TableRow("a", "a", "checkpoint", ("a",), {"x": Cell(0.49999), "y": Cell(0.5)}), TableRow("b", "b", "checkpoint", ("b",), {"x": Cell(math.nan), "y": Cell(0.1)})]
+    s = summary_cell(Summary("s", "s", ("x", "y"), "below", 2.0), rows)
+    assert (s.value, s.n) == (2.0, 3)
+
+
+# -- Table 10 (App. E): a label token at the library's position ---------------------------------------------------
+def test_table10_label_token_argmax_is_a_cell_as_printed():
+    """App. E ("A second task: TriviaQA"): "At the scored position, one of the library's option-label
+    tokens (A and (B is the unrestricted argmax on 500, 500 and 463 items on the three Qwen3 checkpoints
+    without thinking and 396 on Llama-3-8B-Instruct." Labels in place reads the library's position with
+    (A and (B as its options: a count of its argmax class option (the reading of a label token marked
+    inferred). The library's own correctness label is not recorded, so its AUROCs (0.418, 0.866) stay a note."""
+    t = load_table("table10")
+    col = _column(t, "label_argmax")
+    assert (col.run, dict(col.where), col.stat, col.column, col.equals) == ("ptrue-triviaqa", {"setting": "own", "readout": "labels_in_place"}, "count", "argmax_class", "option")
+    assert {r: v["label_argmax"] for r, v in t.paper.items() if "label_argmax" in v} == {"qwen3-4b": 500, "qwen3-8b": 500, "qwen3-14b": 463, "llama-3-8b": 396}
+    assert "first token of (A or (B" in t.inferred
+    (note,) = [n for n in t.notes if "library's own correctness label" in n]
+    assert "0.418" in note and "0.866" in note and "not cells" in note and "463" not in note and "396" not in note
+
+
+def test_table10_label_argmax_by_hand_on_the_bundled_model(model):
+    """Labels in place and Library read the same context, so their argmax is the same token; the cell
+    counts the items whose argmax is the first token of (A or (B in that context."""
+    from sleight.readout.ptrue.readouts import READOUTS, score_pairs
+
+    questions = ["Which planet is known as the Red Planet? Answer the following question as briefly as possible.", "Who wrote Hamlet?"]
+    rows = score_pairs(model, questions, [" Mars", " Dickens"], continuation_tokens=0)
+    n = len(READOUTS)
+    names = [r.name for r in READOUTS]
+    library, labels = rows[names.index("library") :: n], rows[names.index("labels_in_place") :: n]
+    assert [r["argmax_id"] for r in library] == [r["argmax_id"] for r in labels]
+    for r in labels:  # option: the argmax is a label's first token in context (where the boundary holds)
+        if r["boundary_preserved"] and r["argmax_class"] != "special":
+            assert (r["argmax_class"] == "option") == (r["argmax_id"] in r["first_token_ids"])
+    by_hand = sum(r["argmax_class"] == "option" for r in labels)
+    readings = [{"setting": "own", "item_id": f"q{i}", "readout": "labels_in_place", **r} for i, r in enumerate(labels)]
+    assert stat_cell(readings, _column(load_table("table10"), "label_argmax")).estimate == by_hand
+
+
+# -- Table 9 (App. E): the fused first letter ---------------------------------------------------------------------
+def test_table9_fused_letter_gain_stays_a_note_with_its_reason():
+    """App. E ("Correctness ranking on MMLU"): "Counting as correct the 11 Qwen3-4B answers with no
+    standalone letter but a gold first letter fused to lowercase text, such as Bropical, gives a
+    Qwen3-averaged gain of 0.120 [0.067, 0.173]." The readings carry the letter label and the
+    standalone letter read, not the gold letter: no column holds that rule, so the note stays and says so."""
+    from sleight.readout.reproduce import kinds
+
+    t = load_table("table9")
+    assert not {"gold", "gold_letter"} & set(kinds.kind("ptrue").columns())
+    (note,) = [n for n in t.notes if "Bropical" in n]
+    assert "0.120 [0.067, 0.173]" in note and "not a cell" in note
