@@ -36,17 +36,31 @@ def forecast_run(model):
     return items, rows, extra_readouts(model, items, rows)
 
 
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """vLLM's own OpenAI server for the bundled model (tests/vllm_server.py), started once for the
+    modules that talk to it (test_served.py, then test_vllm_server.py: the last two engine modules,
+    so it is up only while they run and idle after), stopped when the session ends."""
+    from vllm_server import start_vllm_server
+
+    srv = start_vllm_server(tmp_path_factory.mktemp("vllm-server"))
+    yield srv
+    srv.stop()
+
+
 # Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each module is one unit of work, so
 # its module-scoped fixtures (a real run, an audit) are built once, on one worker; the modules that
 # start engines of their own processes (vLLM's engine and OpenAI server, a local Ray cluster) are one
-# unit together, run one after another as in a serial run (never two such engines side by side on
-# the CPUs), and go first: the longest unit starts while the other worker takes the rest.
-ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_vllm_server.py", "test_served.py")
+# unit together, run one after another in this order as in a serial run (never two such engines
+# computing side by side on the CPUs), and go first: the longest unit starts while the other worker
+# takes the rest. The two server modules come last and share one server (``vllm_server``).
+ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_served.py", "test_vllm_server.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in ENGINE_MODULES)  # stable: the order within each part stays
+    rank = {name: i for i, name in enumerate(ENGINE_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within each module stays
     for item in items:
         group = "engines" if item.path.name in ENGINE_MODULES else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))

@@ -31,7 +31,6 @@ from sleight.errors import UserError
 from sleight.tamper.store import load_manifest, load_trials
 from tamper_artifacts import sleight
 from tolerances import DELTA_ATOL, ENTROPY_ATOL, FLOAT16_STORED_RTOL, LOGPROB_ATOL, MASS_ATOL
-from vllm_server import start_vllm_server
 
 pytestmark = pytest.mark.slow  # a vLLM engine in process, then vLLM's server (~45 s each to start)
 
@@ -49,10 +48,9 @@ def vllm_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, vllm_run):
-    srv = start_vllm_server(tmp_path_factory.mktemp("served-server"))
-    yield srv
-    srv.stop()
+def server(vllm_run, vllm_server):
+    """The suite's one vLLM server (conftest), asked for after the in-process run has finished."""
+    return vllm_server
 
 
 @pytest.fixture(scope="module")

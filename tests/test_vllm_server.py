@@ -15,16 +15,14 @@ from sleight.tamper.jury import store as jury_store
 from sleight.tamper.jury.judged import judged_trials, load_run_trials
 from sleight.tamper.jury.prompt import LABELS
 from tamper_artifacts import copy_run, real_run, sleight
-from vllm_server import start_vllm_server
 
 pytestmark = pytest.mark.slow  # a vLLM server (~30-60 s to start) and whole judged runs
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = start_vllm_server(tmp_path_factory.mktemp("vllm-server"))
-    yield srv
-    srv.stop()
+def server(vllm_server):
+    """The suite's one vLLM server (conftest), shared with test_served.py."""
+    return vllm_server
 
 
 @pytest.fixture(scope="module")
