@@ -1,4 +1,4 @@
-"""Issue 34, "every printed number as a cell": App. C.1, C.4, C.5 (Table 6) and D's numbers that sat only
+"""Issue 34, "every printed number as a cell": App. C.1, C.3, C.4, C.5 (Table 6) and D's numbers that sat only
 in their configs' ``notes:`` are cells now, compared with what the configs' own runs measure.
 
 Each config is checked as printed (its columns, ``paper:`` values, summaries and what is left in its
@@ -48,6 +48,16 @@ def test_appendix_c4_fenced_mass_range_is_two_cells():
     assert (paper["fenced_min"], paper["fenced_mass"], paper["fenced_max"]) == (9.10e-9, 0.00374, 0.99995)
     assert paper["fenced_min"] < paper["fenced_mass"] < paper["fenced_max"]  # the median inside its range
     assert not any("9.10e-9" in n or "0.99995" in n for n in t.notes)
+
+
+def test_appendix_c3_mass_extremes_are_two_cells():
+    """App. C.3: "The median option mass is 1.42×10^-15; its extremes are 1.73×10^-19 and 4.64×10^-6" on
+    Qwen3-4B's 120 probe rows: the original position's per-row option mass, its minimum and maximum."""
+    t = load_table("appendix-c3")
+    assert _spec(t, "mass_max") == ("probe", {"variant": "original"}, "max", "option_mass", None)
+    paper = t.paper["qwen3-4b"]
+    assert (paper["mass_min"], paper["mass"], paper["mass_max"]) == (1.73e-19, 1.42e-15, 4.64e-6)
+    assert not any("4.64e-6" in n for n in t.notes)
 
 
 def test_appendix_c1_falcons_winning_probability_range_is_three_cells():
