@@ -129,6 +129,8 @@ def test_an_encoder_decoder_is_refused_on_another_engine_in_one_line(tiny_t5):
     with pytest.raises(UserError, match="hf engine only") as err:
         load_seq2seq(ModelSpec(str(tiny_t5), engine="vllm"))
     assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="no chat template"):
+        load_seq2seq(ModelSpec(str(tiny_t5), chat_template_kwargs={"enable_thinking": False}))
     assert not is_encoder_decoder(ModelSpec("smollm2-135m-instruct"))
 
 

@@ -100,6 +100,8 @@ def load_seq2seq(spec: ModelSpec) -> Seq2SeqModel:
 
     if spec.engine != "hf":
         raise UserError(f"model '{spec.model}': an encoder–decoder checkpoint is read on the hf engine only (got --engine {spec.engine})")
+    if spec.chat_template_kwargs:  # nothing here renders a chat template: refused, not ignored
+        raise UserError(f"model '{spec.model}': an encoder–decoder checkpoint has no chat template (--chat-template-kwargs/--thinking do not apply)")
     model = Seq2SeqModel(resolve(spec.model, spec.revision), device=spec.device, dtype=spec.dtype or default_dtype("hf"), threads=spec.threads)
     model.info = replace(model.info, load=spec.load_record())
     return model
