@@ -446,3 +446,26 @@ def test_table9_letter_counts_are_cells():
     rows += [{"setting": "own", "readout": "deleted", "argmax_class": k, "argmax_token": "x"} for k in ("answer_letter", "prose", "prose")]
     assert stat_cell(rows, cols["letter_c_or_d"]).estimate == 2.0  # " C" and "D" among the letters, not the prose " C"
     assert stat_cell(rows, cols["letter_argmax_deleted"]).estimate == 1.0 and cols["letter_c_or_d"].integer
+
+
+def test_app_e_grader_excess_errors_are_cells():
+    """App. E: shipped-order errors on calls whose gold letter is the wrong verdict's letter exceed the other
+    calls' rate with the same candidate correctness by about 19, 82% of the 23 errors: two cells, computed
+    per candidate (the group's errors less the others' rate times the group's calls) and summed."""
+    from sleight.readout.reproduce.aggregate import stat_cell
+
+    t = load_table("appendix-e-grader")
+    cols = {c.key: c for c in t.columns}
+    assert t.paper["llama-3-8b"]["excess"] == 19 and t.paper["llama-3-8b"]["excess_share"] == 0.82
+    assert round(0.82 * t.paper["llama-3-8b"]["errors"]) == 19  # the two printed numbers agree with each other
+    assert (cols["excess"].group, cols["excess"].strata, dict(cols["excess"].where)) == ("gold_at_wrong", "candidate", {"order": "shipped"})
+
+    def row(candidate: str, at_wrong: float, error: float, order: str = "shipped") -> dict[str, object]:
+        return {"order": order, "candidate": candidate, "gold_at_wrong": at_wrong, "error": error}
+
+    rows = [row("correct", 1.0, e) for e in (1.0, 1.0, 1.0, 0.0)] + [row("correct", 0.0, e) for e in (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)]
+    rows += [row("incorrect", 1.0, e) for e in (1.0, 0.0)] + [row("incorrect", 0.0, 0.0) for _ in range(2)]
+    rows += [row("correct", 1.0, 1.0, order="rotated")] * 3  # the rotation contrast's calls are not in the shipped order
+    excess = (3 - 4 * (1 / 6)) + (1 - 2 * 0.0)
+    assert stat_cell(rows, cols["excess"]).estimate == excess and stat_cell(rows, cols["excess"]).n == 14
+    assert stat_cell(rows, cols["excess_share"]).estimate == excess / 5

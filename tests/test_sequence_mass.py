@@ -87,6 +87,13 @@ def test_a_t5_folder_reads_sequence_masses_equal_to_transformers_own_pass(tiny_t
     # the first position's distribution is the decoder's at <pad>: the same as each label's first token reads
     for g, label in zip(got, LABELS):
         assert g[0] == pytest.approx(first[model.encode_target(label)[0]], abs=LOGPROB_ATOL)
+    # --batch-size caps the decoder rows per pass (recorded), and the reading does not depend on it
+    one = load_seq2seq(spec.with_(batch_size=1))
+    assert one.info.batch_size == 1 and model.info.batch_size == spec.batch_size
+    first_one, got_one = one.target_logprobs(one.encode_input(text), [one.encode_target(label) for label in LABELS])
+    assert np.abs(first_one - first).max() <= LOGPROB_ATOL
+    for g, w in zip(got_one, want):
+        assert np.abs(g - w).max() <= LOGPROB_ATOL
 
 
 def test_the_bundled_decoder_only_model_reads_each_label_after_the_prompt(model):

@@ -26,9 +26,11 @@ from sleight.errors import UserError
 
 class Seq2SeqModel(HFTokenizerOps):
     """A transformers encoder–decoder model: one encoder pass per input, the decoder teacher-forced
-    from its start token through every target in one batch."""
+    from its start token through the targets, ``batch_size`` rows per decoder pass."""
 
-    def __init__(self, resolved: ResolvedModel, *, device: str | None = None, dtype: str = "float32", threads: int | None = None) -> None:
+    def __init__(
+        self, resolved: ResolvedModel, *, device: str | None = None, dtype: str = "float32", threads: int | None = None, batch_size: int = 128
+    ) -> None:
         import transformers
         from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -52,9 +54,10 @@ class Seq2SeqModel(HFTokenizerOps):
         if start is None:
             raise UserError(f"model '{resolved.spec}' names no decoder start token (config.decoder_start_token_id)")
         self.start = int(start)
+        self.batch_size = max(1, int(batch_size))
         self.info = self.loaded_info(
             resolved, engine="hf", engine_version=f"transformers {transformers.__version__}, torch {torch.__version__}",
-            dtype=dtype, device=self.device, batch_size=1, threads=torch.get_num_threads(),
+            dtype=dtype, device=self.device, batch_size=self.batch_size, threads=torch.get_num_threads(),
         )
 
     def encode_input(self, text: str) -> list[int]:
@@ -73,7 +76,17 @@ class Seq2SeqModel(HFTokenizerOps):
         if not input_ids or not targets or any(not t for t in targets):
             raise ValueError("an encoder input and non-empty targets are needed")
         enc_ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)
-        encoded = self.model.get_encoder()(input_ids=enc_ids)
+        hidden = self.model.get_encoder()(input_ids=enc_ids).last_hidden_state
+        rows: list[torch.Tensor] = []
+        for at in range(0, len(targets), self.batch_size):  # --batch-size: decoder rows per pass
+            rows.extend(self._decode(hidden, targets[at : at + self.batch_size]))
+        first = rows[0][0].numpy().copy()
+        per_target = [r[torch.arange(len(t)), torch.tensor(list(t))].numpy().copy() for r, t in zip(rows, targets)]
+        return first, per_target
+
+    def _decode(self, hidden: torch.Tensor, targets: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """One decoder pass over ``targets`` (right-padded) under the encoded input: each row's
+        float64 log-distributions, one per position."""
         width = max(len(t) for t in targets)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start
         dec = torch.full((len(targets), width), pad, dtype=torch.long)
@@ -82,19 +95,17 @@ class Seq2SeqModel(HFTokenizerOps):
             row = [self.start, *t[:-1]]
             dec[i, : len(row)] = torch.tensor(row)
             mask[i, : len(row)] = 1
-        hidden = encoded.last_hidden_state.expand(len(targets), -1, -1)
         out = self.model(
-            encoder_outputs=(hidden,), decoder_input_ids=dec.to(self.device), decoder_attention_mask=mask.to(self.device), use_cache=False
+            encoder_outputs=(hidden.expand(len(targets), -1, -1),), decoder_input_ids=dec.to(self.device),
+            decoder_attention_mask=mask.to(self.device), use_cache=False,
         )
         logp = torch.log_softmax(out.logits.double(), dim=-1).cpu()
-        first = logp[0, 0].numpy().copy()
-        per_target = [logp[i, torch.arange(len(t)), torch.tensor(list(t))].numpy().copy() for i, t in enumerate(targets)]
-        return first, per_target
+        return [logp[i] for i in range(len(targets))]
 
 
 def load_seq2seq(spec: ModelSpec) -> Seq2SeqModel:
     """An encoder–decoder checkpoint as ``spec`` describes it (the hf engine; its revision, dtype,
-    device and threads), with the spec's load settings recorded as :func:`sleight.backends.load_model`
+    device, threads and batch size), with the spec's load settings recorded as :func:`sleight.backends.load_model`
     records them."""
     from sleight.backends import default_dtype
 
@@ -102,7 +113,9 @@ def load_seq2seq(spec: ModelSpec) -> Seq2SeqModel:
         raise UserError(f"model '{spec.model}': an encoder–decoder checkpoint is read on the hf engine only (got --engine {spec.engine})")
     if spec.chat_template_kwargs:  # nothing here renders a chat template: refused, not ignored
         raise UserError(f"model '{spec.model}': an encoder–decoder checkpoint has no chat template (--chat-template-kwargs/--thinking do not apply)")
-    model = Seq2SeqModel(resolve(spec.model, spec.revision), device=spec.device, dtype=spec.dtype or default_dtype("hf"), threads=spec.threads)
+    model = Seq2SeqModel(
+        resolve(spec.model, spec.revision), device=spec.device, dtype=spec.dtype or default_dtype("hf"), threads=spec.threads, batch_size=spec.batch_size
+    )
     model.info = replace(model.info, load=spec.load_record())
     return model
 

@@ -466,6 +466,23 @@ def constant_brier(labels: ArrayLike, constant: float | None = None) -> float:
     return float(np.mean((c - y) ** 2))
 
 
+def stratified_excess(hits: ArrayLike, group: ArrayLike, strata: Sequence[Any]) -> float:
+    """App. E's excess errors: within each stratum, the group's hits minus what the other rows' hit
+    rate predicts for the group's size, summed over strata (a stratum with no other rows adds nothing
+    it could predict, so it is left out). NaN when no stratum has both."""
+    h, g = np.asarray(hits, dtype=np.float64), np.asarray(group, dtype=bool)
+    s = np.asarray(strata, dtype=object)
+    total, seen = 0.0, False
+    for level in dict.fromkeys(s.tolist()):
+        here = s == level
+        inside, other = here & g, here & ~g
+        if not inside.any() or not other.any():
+            continue
+        total += float(h[inside].sum() - inside.sum() * h[other].mean())
+        seen = True
+    return total if seen else math.nan
+
+
 def leave_one_out_intervals(replicates: Mapping[str, Any], estimates: Mapping[str, float], level: float = 0.95) -> dict[str, LooInterval]:
     """Leave-one-checkpoint-out with intervals (App. E): for each checkpoint, the mean of the others'
     estimates and the percentile interval of the others' per-replicate means, every checkpoint's

@@ -29,7 +29,14 @@ from sleight.readout.audit.checks import MASS_FLOOR
 from sleight.readout.reproduce import kinds
 from sleight.readout.reproduce.config import LOO_SUMMARIES, Average, Checkpoint, Column, Summary, TableConfig
 from sleight.stats import auroc, brier, mean, prr, resample
-from sleight.stats.downstream import answer_letter_auroc, constant_brier, leave_one_out, leave_one_out_intervals, log_median
+from sleight.stats.downstream import (
+    answer_letter_auroc,
+    constant_brier,
+    leave_one_out,
+    leave_one_out_intervals,
+    log_median,
+    stratified_excess,
+)
 
 _CHUNK = 512  # replicates per statistic call (bounds the (b, n) weight matrix)
 
@@ -302,6 +309,11 @@ def stat_cell(rows: Sequence[Mapping[str, Any]], column: Column) -> Cell:
         if column.stat == "doc_undefined":  # the documents where no rho exists (App. G's missing documents)
             return Cell(float(rho.size - defined), n=int(rho.size))
         return Cell(float(rho[np.isfinite(rho)].mean()) if defined else math.nan, n=defined)
+    if column.stat in ("excess", "excess_share"):  # App. E: the group's hits beyond the others' rate, per stratum
+        hit = [float(_equals(r.get(column.column or ""), column.equals)) for r in chosen]
+        excess = stratified_excess(hit, [_number(r.get(column.group or "")) == 1.0 for r in chosen], [r.get(column.strata) if column.strata else "" for r in chosen])
+        total = sum(hit)
+        return Cell(excess if column.stat == "excess" else (excess / total if total else math.nan), n=len(chosen))
     values = [r.get(column.column or "") for r in chosen]
     if column.stat == "share":
         n = len(values)

@@ -30,7 +30,7 @@ METRICS = ("auroc", "brier", "prr", "prr_0.5", "mean", "answer_letter_auroc", "d
 # ``log_median`` (10^median(log10 x), Table 11), ``brier_constant``/``brier_fitted`` (Table 12),
 # ``doc_spearman`` (App. G: Spearman of ``column`` against ``target`` within each ``doc_id``, averaged
 # over the documents where it is defined), ``doc_undefined`` (App. G's missing documents: those where it is not)
-STATS = ("median", "mean", "share", "count", "min", "max", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined")
+STATS = ("median", "mean", "share", "count", "min", "max", "below", "log_median", "brier_constant", "brier_fitted", "doc_spearman", "doc_undefined", "excess", "excess_share")
 # a summary across a table's cells (App. G prints its 28 cells' range and signs, not the cells); ``below``: how
 # many cells are under §3's floor of 0.5 (App. I: the stemmed medians below it); ``loo_min``/``loo_max``: the
 # lowest/highest of an average's leave-one-checkpoint-out estimates, with its interval (App. E)
@@ -60,6 +60,8 @@ class Column:
     integer: bool = False  # a count (printed without decimals)
     constant: float = 0.5  # brier_constant's forecast
     floor: float = 0.5  # below's threshold (§3: the diagnostic floor)
+    group: str | None = None  # excess: the 0/1 column of the rows whose hits exceed the others' rate (App. E)
+    strata: str | None = None  # excess: the rows are compared only within each value of this column
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,8 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
         raise r.fail(where, "stat count with a column needs equals (the value whose rows are counted)")
     if stat == "share" and "equals" not in obj:
         raise r.fail(where, "stat share needs equals (the value whose share is counted)")
+    if stat in ("excess", "excess_share") and (not obj.get("group") or "equals" not in obj):
+        raise r.fail(where, f"stat {stat} needs a group (the 0/1 column of the rows in excess) and equals (the value counted)")
     if obj.get("minus") is not None and metric is None:
         raise r.fail(f"{where}.minus", "a paired difference needs a metric")
     if obj.get("minus_score") is not None and metric is None:
@@ -278,7 +282,7 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
                 raise r.fail(f"{where}.{part}.{c}", f"not a column of {command}'s readings")
             if c in values and v not in values[c]:
                 raise r.fail(f"{where}.{part}.{c}", f"'{v}' is not one of {', '.join(values[c])}")
-    for part in ("score", "target", "column", "minus_score"):
+    for part in ("score", "target", "column", "minus_score", "group", "strata"):
         named = obj.get(part)
         if named is not None and named not in known:
             raise r.fail(f"{where}.{part}", f"'{named}' is not a column of {command}'s readings")
@@ -288,6 +292,7 @@ def _column(r: _Reader, k: int, raw: Any, runs: Mapping[str, RunSpec], runnable:
         score=str(obj.get("score") or "score"), target=obj.get("target"), column=obj.get("column"), equals=obj.get("equals"),
         minus=dict(obj["minus"]) if obj.get("minus") is not None else None, minus_score=obj.get("minus_score"),
         constant=float(obj.get("constant", 0.5)), floor=float(obj.get("floor", 0.5)), integer=bool(obj.get("integer")) or stat in ("count", "below"),
+        group=obj.get("group"), strata=obj.get("strata"),
     )
 
 
