@@ -118,6 +118,17 @@ def test_gemma4_12b_counts_its_safetensors_header():
     assert text - 8 * 512 * 3840 == 11_907_350_320 and text - 8 * 512 * 3840 + arch.encoder_params() == 11_959_730_224
 
 
+def test_gpt2_counts_its_published_parameters():
+    """App. C.6's GPT-2 (its tokenizer is what the table reads; the plan counts its shapes): 124,439,808
+    parameters, the output layer tied to the token embeddings, each linear layer with a bias; its KV
+    is 12 layers x 2 x 768 a token."""
+    arch = architecture("openai-community/gpt2")
+    assert arch is not None
+    layer = 768 * 2304 + 2304 + 768 * 768 + 768 + 768 * 3072 + 3072 + 3072 * 768 + 768 + 4 * 768
+    assert sum(t.params for t in mem.tensors(arch.config)) == 50257 * 768 + 1024 * 768 + 2 * 768 + 12 * layer == 124_439_808
+    assert mem.kv_bytes_per_token(arch.config, "float32") == 12 * 2 * 768 * 4
+
+
 def test_every_study_and_paper_checkpoint_has_shapes():
     from sleight.readout.reproduce import load_table, shipped_tables
     from sleight.tamper.sweep.config import load_config

@@ -43,8 +43,8 @@ REVISIONS = {
     "microsoft/Phi-3-mini-4k-instruct": "f39ac1d", "mistralai/Mistral-7B-Instruct-v0.3": "c170c70", "tiiuae/falcon-7b-instruct": "8782b5c",
     "HuggingFaceTB/SmolLM2-1.7B-Instruct": "31b70e2", "Qwen/Qwen3-32B": "9216db57", "Qwen/Qwen2.5-72B-Instruct": "495f393",
     "meta-llama/Meta-Llama-3-8B-Instruct": ("8afb486c", "e1945c40"),
-    # App. F's encoder-decoder checkpoints: App. A.2 pins no revision for them
-    "google/flan-ul2": None, "google/flan-t5-xl": None, "google/flan-t5-xxl": None,
+    # App. F's encoder-decoder checkpoints and App. C.6's GPT-2 tokenizer: App. A.2 pins no revision for them
+    "google/flan-ul2": None, "google/flan-t5-xl": None, "google/flan-t5-xxl": None, "openai-community/gpt2": None,
 }
 # B as printed: App. H (20,000, Tables 4, 12, 13 and C.7's passage bootstrap), Tables 9 and 10 (10,000).
 PRINTED_B = {"table4": 20000, "table12": 20000, "table13": 20000, "appendix-c7": 20000, "appendix-h": 20000, "table2": 10000, "table9": 10000, "table10": 10000}

@@ -240,10 +240,13 @@ def test_app_c6_config_as_printed():
     t = load_table("appendix-c6")
     assert kinds.kind(t.runs["sets"].command).tokenizer_only and t.runs["sets"].items == 64
     assert dict(t.runs["sets"].settings)["sets"] == {"labels": [" (A)", " (B)"], "no_yes": [" no", " yes"], "grid": [" 1", " 2", " 3", " 4", " 5"]}
-    main = [c.name for c in t.checkpoints]
-    assert len(main) == 7 and set(t.paper_rows) == {"gpt2", "flan-t5-xl", "flan-t5-xxl", "flan-ul2"}
+    names = [c.name for c in t.checkpoints]
+    main, further = names[:7], names[7:]
+    assert further == ["gpt2", "flan-t5-xl", "flan-t5-xxl", "flan-ul2"] and not t.paper_rows  # all eleven measured
+    assert all(c.revision is None for c in t.checkpoints[7:]) and all(c.revision for c in t.checkpoints[:7])  # App. A.2 pins the seven only
     assert all(t.paper[c] == {"labels": 0, "no_yes": 1, "grid": 0, "false_clearances": 1, "false_alarms": 0} for c in main)
-    assert all(t.paper[c]["grid"] == 1 and t.paper[c]["false_clearances"] == 0 for c in t.paper_rows)
+    assert all(t.paper[c]["grid"] == 1 and t.paper[c]["false_clearances"] == 0 for c in further)
+    assert [a.name for a in t.averages] == ["Eleven checkpoints"] and all(s.average == "Eleven checkpoints" for s in t.summaries)
     cells = sum(len([k for k in ("labels", "no_yes", "grid") if k in t.paper[c]]) for c in t.paper)
     assert cells == 33 and [(s.how, s.paper) for s in t.summaries] == [("sum", 7), ("sum", 0)]
 

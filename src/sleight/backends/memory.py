@@ -177,7 +177,7 @@ class _Attn:
 
 
 def _attention(text: Mapping[str, object], kinds: list[str], i: int) -> _Attn:
-    hidden = _int(text, "hidden_size")
+    hidden = _int(text, "hidden_size") or _int(text, "n_embd")
     heads = _int(text, "num_attention_heads") or _int(text, "n_head")
     if text.get("multi_query") is True:
         kv = 1
@@ -200,6 +200,8 @@ def tensors(config: Mapping[str, object]) -> list[Tensor]:
     mtype = str(text.get("model_type") or config.get("model_type") or "")
     if _int(text, "d_model") and text.get("is_encoder_decoder") is True:
         return t5_tensors(text)
+    if mtype == "gpt2":
+        return gpt2_tensors(text)
     hidden = _int(text, "hidden_size")
     vocab = _int(text, "vocab_size")
     kinds = layer_kinds(text)
@@ -242,6 +244,23 @@ def t5_tensors(text: Mapping[str, object]) -> list[Tensor]:
         out += [*attn, *ffn, Tensor("layer_norm", d, 1, 2)]
     for _ in range(dec_layers):
         out += [*attn, *attn, *ffn, Tensor("layer_norm", d, 1, 3)]
+    return out
+
+
+def gpt2_tensors(text: Mapping[str, object]) -> list[Tensor]:
+    """GPT-2 (App. C.6's tokenizer; its shapes for the plan): token and position embeddings (the
+    output layer tied), per layer the fused QKV, the attention output and the two MLP layers, each
+    with a bias, and two LayerNorms (weight and bias); the final LayerNorm."""
+    d, vocab, layers = _int(text, "n_embd"), _int(text, "vocab_size"), _int(text, "n_layer")
+    inner = _int(text, "n_inner") or 4 * d
+    out = [Tensor("wte", vocab, d), Tensor("wpe", _int(text, "n_positions", 1024), d), Tensor("ln_f", d, 1, 2)]
+    for i in range(layers):
+        p = f"h.{i}."
+        out += [
+            Tensor(p + "attn.c_attn", 3 * d, d, linear=True), Tensor(p + "attn.c_proj", d, d, linear=True),
+            Tensor(p + "mlp.c_fc", inner, d, linear=True), Tensor(p + "mlp.c_proj", d, inner, linear=True),
+            Tensor(p + "biases", 3 * d + d + inner + d, 1), Tensor(p + "ln", d, 1, 4),
+        ]
     return out
 
 
@@ -422,7 +441,7 @@ def activation_bytes(config: Mapping[str, object], quantization: str | None, dty
     text = text_config(config)
     mtype = str(text.get("model_type") or config.get("model_type") or "")
     b = act_bytes(config, dtype)
-    hidden, vocab = _int(text, "hidden_size"), _int(text, "vocab_size")
+    hidden, vocab = _int(text, "hidden_size") or _int(text, "n_embd"), _int(text, "vocab_size")
     kinds = layer_kinds(text)
     widest = 0.0  # per token, bytes, the widest layer's intermediates
     for i, kind in enumerate(kinds):
