@@ -36,6 +36,27 @@ def forecast_run(model):
     return items, rows, extra_readouts(model, items, rows)
 
 
+AUDIT_TABLES = ("appendix-c1", "appendix-c2", "appendix-d", "table5")  # the audit's composed interventions, App. D, Table 5
+AUDIT_ITEMS = 2
+
+
+@pytest.fixture(scope="session")
+def audit_tables(model, tmp_path_factory):
+    """The four audit tables reproduced once for the bundled model on the shipped fixtures (two items
+    a run): tests/test_reproduce_audit_items.py recomputes their cells from the readings, and
+    tests/test_reproduce.py's end-to-end test checks their written tables (one xdist group, so one
+    worker builds it)."""
+    from sleight.readout.reproduce import ModelCache, reproduce
+
+    out = tmp_path_factory.mktemp("audit-items")
+    cache = ModelCache(loader=lambda _spec: model)  # the session's model, never closed here
+    results = {
+        name: reproduce(name, out, models=["smollm2-135m-instruct"], limit=AUDIT_ITEMS, B=20, cache=cache, status=lambda _m: None)
+        for name in AUDIT_TABLES
+    }
+    return results, out
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
     """vLLM's own OpenAI server for the bundled model (tests/vllm_server.py), started once for the
@@ -55,6 +76,8 @@ def vllm_server(tmp_path_factory):
 # computing side by side on the CPUs), and go first: the longest unit starts while the other worker
 # takes the rest. The two server modules come last and share one server (``vllm_server``).
 ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_served.py", "test_vllm_server.py")
+# Modules that read one session fixture are one unit too (``audit_tables``: built once, on one worker).
+SHARED = {"test_reproduce.py": "reproduce", "test_reproduce_audit_items.py": "reproduce"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
@@ -62,5 +85,5 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(ENGINE_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within each module stays
     for item in items:
-        group = "engines" if item.path.name in ENGINE_MODULES else item.path.name
+        group = "engines" if item.path.name in ENGINE_MODULES else SHARED.get(item.path.name, item.path.name)
         item.add_marker(pytest.mark.xdist_group(group))

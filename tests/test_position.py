@@ -49,6 +49,34 @@ def test_equal_to_a_separate_forward_pass(model, readings):
             assert s.logprobs == pytest.approx([float(np.sum(x)) for x in full], abs=LOGPROB_ATOL)
 
 
+def test_a_context_with_options_to_score_is_read_in_one_pass(model, monkeypatch):
+    """hf reads a context's next position and scores its multi-token options from one pass over the
+    context (``read_scored``): the same record as ``read_next`` and the same log-probs as
+    ``continuation_logprobs``; read_positions sends only the contexts without any to the batched read."""
+    from sleight.backends.base import ScoredReads
+
+    assert isinstance(model, ScoredReads)
+    ctx = model.encode(CONTEXTS[2])
+    conts = [encode_continuation(model, CONTEXTS[2], o) for o in (" (A)", " (B)", " A")]
+    asked = sorted({c[0] for c in conts if c})
+    record, scored = model.read_scored(ctx, asked, [c for c in conts if c], top_k=5)
+    (alone,) = model.read_next([ctx], [asked], top_k=5)
+    assert list(record.top_ids) == list(alone.top_ids)
+    assert np.abs(np.asarray(record.logprobs) - np.asarray(alone.logprobs)).max() <= LOGPROB_ATOL
+    for got, want in zip(scored, model.continuation_logprobs(ctx, [c for c in conts if c])):
+        assert np.abs(got - want).max() <= LOGPROB_ATOL
+    assert model.read_scored(ctx, asked, [], top_k=5)[1] == []
+
+    batched: list[int] = []
+    read_next = model.read_next
+    monkeypatch.setattr(model, "read_next", lambda seqs, *a, **k: batched.append(len(seqs)) or read_next(seqs, *a, **k))
+    contexts, sets = CONTEXTS + ["Say A or B:"], SETS + [[("A", "B")]]
+    read_positions(model, contexts, sets, top_k=5, score_options=True)
+    multi = [any(len(e or ()) > 1 for opts in ss for e in (encode_continuation(model, c, o) for o in opts)) for c, ss in zip(contexts, sets)]
+    assert multi == [False, False, True, False]  # " (A)" is several tokens after its context; the rest one each
+    assert batched == [3]  # the three without later tokens in one batched read; the third with its scoring, once
+
+
 def test_mass_is_none_not_zero_when_the_prefix_condition_fails(model, readings):
     s = readings[1].option_sets[0]
     assert encode_continuation(model, CONTEXTS[1], "True") is None

@@ -47,6 +47,10 @@ class Crashing:
         self._tick()
         return self._m.read_next(*args, **kwargs)
 
+    def read_scored(self, *args, **kwargs):
+        self._tick()
+        return self._m.read_scored(*args, **kwargs)
+
     def greedy(self, *args, **kwargs):
         self._tick()
         return self._m.greedy(*args, **kwargs)
@@ -57,9 +61,9 @@ def audit_dir(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
     items = preset_items("forecast", limit=2)
     config = AuditConfig(source="test", preset="forecast", stem=FORECAST_STEM, variants=VARIANTS, chunk_items=1, max_new_tokens=8)
-    # Per item: one reading of its scored positions, one pass per context scoring the second digit
-    # of the grid's two-digit options, one greedy decode.
-    per_item = 1 + len(VARIANTS) + 1
+    # Per item: one pass per context, reading its scored position and scoring the second digit of
+    # the grid's two-digit options (hf reads and scores from one pass), then one greedy decode.
+    per_item = len(VARIANTS) + 1
     crashing = Crashing(model, crash_at=per_item + 1)  # dies on the second item's first pass
     with pytest.raises(KeyboardInterrupt):
         run_audit(crashing, items, out, config, show_progress=False)

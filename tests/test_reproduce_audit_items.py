@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import AUDIT_ITEMS as N_ITEMS  # items per run in the end-to-end fixture (the paper: 64, the judge's 32)
+from conftest import AUDIT_TABLES as TABLES
 from sleight.readout.audit import composed as comp
 from sleight.readout.audit import conditions as cond
 from sleight.readout.audit import judge, token_rules
@@ -34,9 +36,6 @@ from sleight.readout.audit.variants import (
 from sleight.readout.reproduce import kinds, load_table
 from tolerances import FLOAT64_RTOL
 
-TABLES = ("appendix-c1", "appendix-c2", "appendix-d", "table5")
-N_ITEMS = 2  # items per run in the end-to-end fixture (the paper: 64, the judge's 32)
-
 
 def _race(n: int = 2) -> list[dict]:
     text = resources.files("sleight").joinpath("data/fixtures/race_items.jsonl").read_text(encoding="utf-8")
@@ -50,16 +49,10 @@ def item():
 
 
 @pytest.fixture(scope="module")
-def tables(model, tmp_path_factory):
-    """The four tables reproduced for the bundled model on the shipped fixtures (two items a run)."""
-    from sleight.readout.reproduce import ModelCache, reproduce
-
-    out = tmp_path_factory.mktemp("audit-items")
-    cache = ModelCache(loader=lambda _spec: model)  # the session's model, never closed here
-    results = {
-        name: reproduce(name, out, models=["smollm2-135m-instruct"], limit=N_ITEMS, B=20, cache=cache, status=lambda _m: None) for name in TABLES
-    }
-    return results, out
+def tables(audit_tables):
+    """The four tables reproduced for the bundled model on the shipped fixtures (conftest's
+    ``audit_tables``, which tests/test_reproduce.py's end-to-end test reads too)."""
+    return audit_tables
 
 
 def _cells(results, name):

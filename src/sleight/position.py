@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sleight.backends.base import ForkedReads, LanguageModel, ListedReads, NextToken
+from sleight.backends.base import ForkedReads, LanguageModel, ListedReads, NextToken, ScoredReads
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -161,16 +161,21 @@ def _asked_ids(
     return asked
 
 
+def _multi(es: Sequence[list[int] | None]) -> list[list[int]]:
+    """The in-context encodings of the options with later tokens to score."""
+    return [e for e in es if e is not None and len(e) > 1]
+
+
 def _token_logprobs(
-    model: LanguageModel, ctx_ids: list[int], es: Sequence[list[int] | None], lp: dict[int, float]
+    es: Sequence[list[int] | None], lp: dict[int, float], later: Callable[[list[list[int]]], list[np.ndarray]]
 ) -> tuple[tuple[float, ...] | None, ...]:
     """Every token of each option's log-prob in context: the first from the read position, the later
-    ones of multi-token options from one ``continuation_logprobs`` call (none when no option has any;
-    none for an option whose first token a server did not list)."""
+    ones of multi-token options from ``later`` (not called when no option has any; none for an
+    option whose first token a server did not list)."""
     multi = {j: e for j, e in enumerate(es) if e is not None and len(e) > 1 and e[0] in lp}
-    later = dict(zip(multi, model.continuation_logprobs(ctx_ids, list(multi.values())))) if multi else {}
+    scored = dict(zip(multi, later(list(multi.values())))) if multi else {}
     return tuple(
-        None if e is None or e[0] not in lp else (lp[e[0]], *(float(v) for v in later[j][1:])) if j in later else (lp[e[0]],)
+        None if e is None or e[0] not in lp else (lp[e[0]], *(float(v) for v in scored[j][1:])) if j in scored else (lp[e[0]],)
         for j, e in enumerate(es)
     )
 
@@ -261,7 +266,9 @@ def read_positions(
     ``option_sets[i]`` are the sets declared for ``contexts[i]``. One batched ``read_next`` call
     serves every context (the options' in-context and isolated first ids, plus ``extra_ids``, are the
     asked ids). With ``score_options`` the later tokens of multi-token options are scored too (one
-    ``continuation_logprobs`` call per context that has any), so full-sequence log-probs exist.
+    ``continuation_logprobs`` call per context that has any), so full-sequence log-probs exist; an
+    engine that reads and scores from one pass (:class:`~sleight.backends.base.ScoredReads`) reads
+    each context once instead.
     ``forks``: consecutive runs of that many contexts share a long prefix (a vote's label slots),
     read once where the engine can fork it (:class:`~sleight.backends.base.ForkedReads`).
     ``listed``: a caller that reports intervals (:attr:`OptionSetReading.mass_bounds`) accepts a
@@ -281,13 +288,31 @@ def read_positions(
     ]
     alone = _alone_ids(model, option_sets)
     asked = _asked_ids(option_sets, encs, alone, extra_ids)
-    nexts = _read_next(model, ctx_ids, asked, top_k, forks, listed)
+    # A context with multi-token options to score is read once where the engine reads and scores
+    # from one pass (it is read at batch 1 for its continuations either way); the rest in one batched read.
+    wanted = [list({tuple(e): e for es in per_set for e in _multi(es)}.values()) if score_options else [] for per_set in encs]
+    fused = forks == 1 and isinstance(model, ScoredReads) and not (listed and isinstance(model, ListedReads))
+    one_pass = [i for i in range(len(ctx_ids)) if fused and wanted[i]]
+    found: dict[int, dict[tuple[int, ...], np.ndarray]] = {}
+    got: dict[int, NextToken] = {}
+    for i in one_pass:
+        assert isinstance(model, ScoredReads)
+        got[i], scored = model.read_scored(ctx_ids[i], asked[i], wanted[i], top_k=top_k)
+        found[i] = {tuple(e): lps for e, lps in zip(wanted[i], scored)}
+    rest = [i for i in range(len(ctx_ids)) if i not in got]
+    if rest:
+        got.update(zip(rest, _read_next(model, [ctx_ids[i] for i in rest], [asked[i] for i in rest], top_k, forks, listed)))
+    nexts = [got[i] for i in range(len(ctx_ids))]
 
     out: list[PositionReading] = []
     for i, (sets, per_set, nt) in enumerate(zip(option_sets, encs, nexts)):
         lp = {t: float(v) for t, v in zip(asked[i], nt.logprobs) if nt.bound is None or not np.isnan(v)}
+
+        def later(multi: list[list[int]], i: int = i) -> list[np.ndarray]:
+            return [found[i][tuple(e)] for e in multi] if i in found else model.continuation_logprobs(ctx_ids[i], multi)
+
         readings = [
-            _option_set_reading(opts, es, alone, lp, _token_logprobs(model, ctx_ids[i], es, lp) if score_options else None, nt.bound)
+            _option_set_reading(opts, es, alone, lp, _token_logprobs(es, lp, later) if score_options else None, nt.bound)
             for opts, es in zip(sets, per_set)
         ]
         top_ids = tuple(int(t) for t in nt.top_ids)

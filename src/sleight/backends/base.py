@@ -541,6 +541,18 @@ class ForkedReads(Protocol):
 
 
 @runtime_checkable
+class ScoredReads(Protocol):
+    """An engine that reads a context's next position and scores continuations of it from one pass
+    over the context (an audit reads both for every context: two passes read it twice)."""
+
+    def read_scored(
+        self, context: Sequence[int], asked: Sequence[int], continuations: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> tuple[NextToken, list[np.ndarray]]:
+        """:meth:`LanguageModel.read_next` at the end of ``context`` and
+        :meth:`LanguageModel.continuation_logprobs` of ``continuations`` after it (none: an empty list)."""
+
+
+@runtime_checkable
 class ListedReads(Protocol):
     """An engine that may see only the top-k of a distribution (a server without a way to ask for
     given ids' log-probs). :meth:`read_listed` is :meth:`LanguageModel.read_next` where it can be;

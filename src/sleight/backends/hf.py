@@ -218,10 +218,28 @@ class HFModel(HFTokenizerOps, Decoding):
         self, context: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
         check_continuations(context, continuations)
-        results: list[np.ndarray] = []
         # The context is computed once; its cache is repeated across the continuations.
         ids, mask, pos = self.padded([context])
         logits, cache = self.forward(ids, mask, pos, last_only=True)
+        return self._continue(context, logits, cache, continuations)
+
+    def read_scored(
+        self, context: Sequence[int], asked: Sequence[int], continuations: Sequence[Sequence[int]], *, top_k: int = 20
+    ) -> tuple[NextToken, list[np.ndarray]]:
+        """The next position's record and the continuations' log-probs from one pass over the
+        context (:class:`~sleight.backends.base.ScoredReads`), at batch 1 as ``continuation_logprobs``."""
+        check_reads([context], [asked])
+        check_continuations(context, continuations)
+        ids, mask, pos = self.padded([context])
+        logits, cache = self.forward(ids, mask, pos, last_only=True)
+        record = position_records(logits[:, -1, :], top_k).next_tokens([asked])[0]
+        return record, self._continue(context, logits, cache, continuations) if continuations else []
+
+    @torch.inference_mode()
+    def _continue(self, context: Sequence[int], logits: torch.Tensor, cache: Cache, continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each continuation's per-token log-probs after ``context``, whose last logits and cache
+        are given: the first token from those logits, the rest from the cache repeated per row."""
+        results: list[np.ndarray] = []
         first = torch.log_softmax(logits[0, -1, :].float(), dim=-1)
         for start in range(0, len(continuations), self.batch_size):
             chunk = continuations[start : start + self.batch_size]
