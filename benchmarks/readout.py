@@ -2,8 +2,9 @@
 
 Run:  python benchmarks/readout.py [--items 4] [--variants all] [--threads N] [--naive]
 
-Each item is read under every variant (12 by default): per context one ``continuation_logprobs``
-pass (mass in context / isolated / divergent, every option's full log-probability) and one batched
+Each item is read under every variant (12 by default): per context one pass that reads its scored
+position and scores its options' later tokens (``read_scored`` on hf: mass in context / isolated /
+divergent, every option's full log-probability) and one batched
 greedy decode per item (argmax, top tokens, 16-token continuation). ``--naive`` also times the
 three-separate-passes way (next-token pass + option scoring + a greedy decode, each context on its
 own) on the same contexts, for the ratio.
