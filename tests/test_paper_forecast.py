@@ -108,11 +108,13 @@ def test_spaced_reader_is_the_target_in_the_summary():
 def test_spaced_reader_is_the_target_on_the_model(model):
     """Paper: Table 4 reads the spaced letters (issue #19 item 3): ``correct`` is the spaced
     reader's correctness, the pick with the highest full-sequence log-probability of ``" A"``..``" D"``
-    recomputed here from the model's forward pass; ``reader="unspaced"`` keeps the old target."""
+    recomputed here from the model's forward pass; ``reader="unspaced"`` keeps the old target; App. C.7's
+    generated letter is the first standalone letter of the reader's 16 greedy tokens, on either."""
     import numpy as np
 
     from sleight.position import encode_continuation
     from sleight.readout.forecast.pipeline import read_notes, reader_prompt
+    from sleight.readout.ptrue.answers import first_standalone_letter
 
     items = _race(2)
     notes = [f"The passage says the answer is {it.answer}." for it in items]
@@ -124,6 +126,11 @@ def test_spaced_reader_is_the_target_on_the_model(model):
         assert sp["reader_choice_spaced"] == "ABCD"[int(np.argmax(lps))]
         assert sp["correct"] == (sp["reader_choice_spaced"] == it.answer) == sp["correct_spaced"] and sp["reader_target"] == "spaced"
         assert un["correct"] == (un["reader_choice"] == it.answer) and un["reader_target"] == "unspaced"
+        # App. C.7's third reading: the first standalone letter of the reader's 16 greedy tokens, decoded here
+        text = model.decode([t for t in model.greedy([ctx.ids], 16)[0].token_ids if t not in model.eos_ids])
+        letter = first_standalone_letter(text, ("A", "B", "C", "D"))
+        assert sp["reader_generated"] == un["reader_generated"] == letter
+        assert sp["correct_generated"] == (None if letter is None else letter == it.answer)
     with pytest.raises(UserError, match="unknown reader 'both'"):
         read_notes(model, items, notes, reader="both")
 

@@ -472,3 +472,19 @@ def test_app_e_grader_excess_errors_are_cells():
     excess = (3 - 4 * (1 / 6)) + (1 - 2 * 0.0)
     assert stat_cell(rows, cols["excess"]).estimate == excess and stat_cell(rows, cols["excess"]).n == 14
     assert stat_cell(rows, cols["excess_share"]).estimate == excess / 5
+
+
+def test_app_c7_generated_answers_are_cells():
+    """App. C.7: against the reader's generated answers (its first standalone letter in 16 greedy tokens) the
+    Qwen3-averaged AUC moves from 0.4968 to 0.6132, a gain of 0.1163 [0.0371, 0.1956]; the continuations name
+    a letter on 240, 239 and 240 rows. Cells of the same forecast run, its generated target in
+    ``correct_generated`` (rows naming no letter have none and leave the metric)."""
+    t = load_table("appendix-c7")
+    cols = {c.key: c for c in t.columns}
+    assert {k: cols[k].target for k in ("auc_original_gen", "auc_stem_gen", "auc_gain_gen")} == dict.fromkeys(("auc_original_gen", "auc_stem_gen", "auc_gain_gen"), "correct_generated")
+    assert cols["auc_gain_gen"].minus == {"position": "original"} and cols["named"].equals == [True, False]
+    avg = t.paper["Qwen3-averaged"]
+    assert (avg["auc_original_gen"], avg["auc_stem_gen"], avg["auc_gain_gen"]) == (0.4968, 0.6132, 0.1163)
+    assert t.paper_ci["Qwen3-averaged"]["auc_gain_gen"] == (0.0371, 0.1956)
+    assert [t.paper[c]["named"] for c in ("qwen3-4b", "qwen3-8b", "qwen3-14b")] == [240, 239, 240]
+    assert not any("not runnable" in n or "helper" in n for n in t.notes)

@@ -73,6 +73,8 @@ FORECAST_SCHEMA = pa.schema(
         ("correct", pa.bool_()),
         ("correct_spaced", pa.bool_()),
         ("reader_target", pa.string()),
+        ("reader_generated", pa.string()),
+        ("correct_generated", pa.bool_()),
         *[f for f in MEASURE_SCHEMA if f.name not in ("item_id", "variant")],
         ("option_probs", _F64_LIST),
     ]

@@ -143,6 +143,8 @@ class ReaderChoice(TypedDict):
     correct: bool | None
     correct_spaced: bool | None
     reader_target: str
+    reader_generated: str | None  # App. C.7: the first standalone letter of 16 greedy tokens (None: it names none)
+    correct_generated: bool | None
 
 
 class ForecastRow(ReaderChoice, MeasuredColumns):
@@ -184,12 +186,16 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
 
     Both option sets are read at the same rendered position, so one reading per item serves both
     (:func:`sleight.position.read_positions`). ``correct`` is the target: the ``reader``'s
-    correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's.
+    correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's;
+    ``correct_generated`` the letter the reader writes in 16 greedy tokens (App. C.7's third reading).
     """
+    from sleight.readout.audit.reader import reader_generated_letters
+
     check_reader(reader)
     readings = reader_readings(model, items, notes)
+    written = reader_generated_letters(model, [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]).ids for it, n in zip(items, notes)])
     out: list[ReaderChoice] = []
-    for it, (ru, rs) in zip(items, readings):
+    for it, (ru, rs), gen in zip(items, readings, written):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
         choice = LETTERS[ku] if ku is not None else None
         choice_sp = LETTERS[ks] if ks is not None else None
@@ -207,6 +213,8 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
                 correct=_correct(choice_sp if reader == "spaced" else choice, it.answer),
                 correct_spaced=_correct(choice_sp, it.answer),
                 reader_target=reader,
+                reader_generated=gen,
+                correct_generated=_correct(gen, it.answer),
             )
         )
     return out
