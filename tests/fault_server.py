@@ -212,11 +212,24 @@ class FaultProxy:
                     outer.counts[path] += 1
                     n = outer.counts[path]
                     outer.inflight += 1
+                self._counted = True
                 try:
                     self._answer(method, path, n, body)
                 finally:
+                    self._release()
+
+            def _release(self) -> None:
+                """The request leaves ``inflight`` once, before its answer is written: a client that
+                sends its next request on reading this one's answer finds the slot free, as on a
+                server that frees it when it answers (else the rule may see a finished request)."""
+                if self._counted:
+                    self._counted = False
                     with outer.lock:
                         outer.inflight -= 1
+
+            def _write(self, answer: Answer) -> None:
+                self._release()
+                write_answer(self, answer)
 
             def _answer(self, method: str, path: str, n: int, body: bytes | None) -> None:
                 fault = outer.rule(method, path, n)
@@ -226,7 +239,7 @@ class FaultProxy:
                     if not isinstance(fault, Answer):
                         outer.inflight_max = max(outer.inflight_max, outer.inflight)
                 if isinstance(fault, Answer):
-                    write_answer(self, fault)
+                    self._write(fault)
                     return
                 if isinstance(fault, float):
                     threading.Event().wait(fault)  # slow: the real answer, late
@@ -236,7 +249,7 @@ class FaultProxy:
                 status, headers, data = outer.forward(method, self.path, body, {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type", "accept")})
                 if fault is not None and status == 200:
                     data = json.dumps(fault(json.loads(data))).encode()
-                write_answer(self, Answer(status=status, body=data, headers={k: v for k, v in headers if k.lower() == "retry-after"}))
+                self._write(Answer(status=status, body=data, headers={k: v for k, v in headers if k.lower() == "retry-after"}))
 
             def do_GET(self) -> None:
                 self._handle("GET")
