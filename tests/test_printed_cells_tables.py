@@ -1,7 +1,7 @@
 """Issue 34: every printed number as a cell, and a difference computed for every cell a run measures.
 
 Tables 14, 10 and 9 carried App. I's and App. E's printed numbers only in their notes. Those a run of the
-config already measures are cells now (Table 14's stemmed medians and letter counts with two summaries,
+config already measures are cells now (Table 14's stemmed medians and letter counts with two summaries, its separator control,
 Table 10's label-token argmax count); the others stay notes that say why no cell carries them. Each
 test cites the section it holds the config to, checks the config as printed and computes a cell by hand
 from readings of the run's kind."""
@@ -33,13 +33,13 @@ def test_table14_stemmed_medians_are_cells_as_printed():
     answer-letter argmax with the primary stem in any of the eight conditions on the eight checkpoints".
     Each condition's run reads its own stem (variant stem): a median and a letter count per condition,
     the three printed medians as paper cells, the exceptions' count (2, marked inferred) and the letter
-    total (0) as summaries; the separator-supplied medians stay a note (no run reads that control)."""
+    total (0) as summaries."""
     t = load_table("table14")
     for c in CONDITIONS:
         mass, letters = _column(t, f"{c}_stem_mass"), _column(t, f"{c}_stem_letters")
         assert (mass.run, dict(mass.where), mass.stat, mass.column) == (c, {"variant": "stem"}, "median", "option_mass")
         assert (letters.run, dict(letters.where), letters.stat, letters.column, letters.equals) == (c, {"variant": "stem"}, "count", "letter", True)
-        assert t.runs[c].settings["variants"] == ["original", "stem"]
+        assert t.runs[c].settings["variants"] == ["original", "stem", "separator+original"]
     assert {(r, k): v for r, row in t.paper.items() for k, v in row.items() if "_stem_" in k} == {
         ("falcon-7b", "d1_stem_mass"): 0.45421, ("falcon-7b", "t2_stem_mass"): 0.33207, ("llama-3-8b", "c0_stem_mass"): 0.99352,
     }  # fmt: skip
@@ -48,12 +48,31 @@ def test_table14_stemmed_medians_are_cells_as_printed():
     assert (letters.how, letters.paper, letters.columns) == ("sum", 0.0, tuple(f"{c}_stem_letters" for c in CONDITIONS))
     assert "stemmed medians under the floor, 2" in t.inferred
     assert not any(p in n for n in t.notes for p in ("0.45421", "0.33207", "0.99352"))  # cells now, not notes
+
+
+def test_table14_falcon_separator_supplied_cells_as_printed():
+    """App. I ("The omitted separator"): falcon's medians with the separator supplied, 0.38482 ... 0.14991 in
+    the condition order, and its option-argmax counts 63, 63, 64, 61, 63, 63, 62, 40 of 64. Each condition's
+    run reads the separator control (variant separator+original: one space where the rendered ending lacks
+    whitespace), so the sixteen printed numbers are cells with a difference, not a note; Mistral's "exceeds
+    the floor in all eight" is printed without values and stays a note beside its measured cells."""
+    t = load_table("table14")
+    for c in CONDITIONS:
+        mass, options = _column(t, f"{c}_sep_mass"), _column(t, f"{c}_sep_options")
+        assert (mass.run, dict(mass.where), mass.stat, mass.column) == (c, {"variant": "separator+original"}, "median", "option_mass")
+        assert (options.run, dict(options.where), options.stat, options.column, options.equals) == (c, {"variant": "separator+original"}, "count", "argmax_class", "option")
+    falcon = t.paper["falcon-7b"]
+    assert [falcon[f"{c}_sep_mass"] for c in CONDITIONS] == [0.38482, 0.39438, 0.69728, 0.33924, 0.34499, 0.37506, 0.44811, 0.14991]
+    assert [falcon[f"{c}_sep_options"] for c in CONDITIONS] == [63, 63, 64, 61, 63, 63, 62, 40]
+    assert not any("_sep_" in k for r, row in t.paper.items() if r != "falcon-7b" for k in row)
+    assert load_table("appendix-c2").paper["falcon-7b"]["mass_space"] == falcon["c0_sep_mass"]  # C.2 prints C0's too
     (note,) = [n for n in t.notes if "separator supplied" in n]
-    assert "0.14991" in note and "not cells" in note and "appendix-c2" in note
+    assert "Mistral" in note and "0.14991" not in note
 
 
 def test_table14_stem_cells_and_summaries_by_hand():
-    """The stemmed cells read only the stem rows (the original ending's rows left out), and the summaries
+    """The stemmed cells read only the stem rows (the original ending's rows left out), the separator cells
+    only the separator control's rows (its option argmax counted by class), and the summaries
     count the stemmed medians under §3's floor of 0.5 and add the stemmed letter counts, on Table 14's
     own config."""
     t = load_table("table14")
@@ -65,6 +84,7 @@ def test_table14_stem_cells_and_summaries_by_hand():
             stem = rng.uniform(0.2, 1.0, size=5)
             rows = [{"item_id": f"q{i}", "variant": "original", "option_mass": 1e-6, "letter": True} for i in range(5)]
             rows += [{"item_id": f"q{i}", "variant": "stem", "option_mass": float(m), "letter": i < (j + k) % 3} for i, m in enumerate(stem)]
+            rows += [{"item_id": f"q{i}", "variant": "separator+original", "option_mass": float(m) / 2, "argmax_class": "option" if i <= j % 4 else "digit"} for i, m in enumerate(stem)]
             readings[ck][c] = rows
     res = aggregate(t, [Checkpoint("a", "ma"), Checkpoint("b", "mb")], readings, B=20)
     medians, counts = [], 0
@@ -74,6 +94,9 @@ def test_table14_stem_cells_and_summaries_by_hand():
             m = float(np.median([r["option_mass"] for r in stem]))
             assert row.cells[f"{c}_stem_mass"].estimate == pytest.approx(m, abs=FLOAT64_ATOL)
             assert row.cells[f"{c}_stem_letters"].estimate == sum(r["letter"] for r in stem)
+            sep = [r for r in readings[row.name][c] if r["variant"] == "separator+original"]
+            assert row.cells[f"{c}_sep_mass"].estimate == pytest.approx(float(np.median([r["option_mass"] for r in sep])), abs=FLOAT64_ATOL)
+            assert row.cells[f"{c}_sep_options"].estimate == sum(r["argmax_class"] == "option" for r in sep)
             medians.append(m)
             counts += sum(r["letter"] for r in stem)
     got = {s.summary.key: (s.value, s.n) for s in res.summaries}
