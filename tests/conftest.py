@@ -76,8 +76,12 @@ def vllm_server(tmp_path_factory):
 # computing side by side on the CPUs), and go first: the longest unit starts while the other worker
 # takes the rest. The two server modules come last and share one server (``vllm_server``).
 ENGINE_MODULES = ("test_sweep.py", "test_vllm.py", "test_vllm_cli.py", "test_vllm_quant.py", "test_served.py", "test_vllm_server.py")
-# Modules that read one session fixture are one unit too (``audit_tables``: built once, on one worker).
-SHARED = {"test_reproduce.py": "reproduce", "test_reproduce_audit_items.py": "reproduce"}
+# Modules that read one session fixture are one unit too, so one worker builds it once (``audit_tables``;
+# ``forecast_run``, which two modules' first readers each built on their own worker, ~40 s apiece).
+SHARED = {
+    "test_reproduce.py": "reproduce", "test_reproduce_audit_items.py": "reproduce",
+    "test_forecast_readouts.py": "forecast_run", "test_reproduce_printed.py": "forecast_run",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
