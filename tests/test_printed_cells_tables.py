@@ -118,14 +118,58 @@ def test_table10_label_token_argmax_is_a_cell_as_printed():
     tokens (A and (B is the unrestricted argmax on 500, 500 and 463 items on the three Qwen3 checkpoints
     without thinking and 396 on Llama-3-8B-Instruct." Labels in place reads the library's position with
     (A and (B as its options: a count of its argmax class option (the reading of a label token marked
-    inferred). The library's own correctness label is not recorded, so its AUROCs (0.418, 0.866) stay a note."""
+    inferred)."""
     t = load_table("table10")
     col = _column(t, "label_argmax")
     assert (col.run, dict(col.where), col.stat, col.column, col.equals) == ("ptrue-triviaqa", {"setting": "own", "readout": "labels_in_place"}, "count", "argmax_class", "option")
     assert {r: v["label_argmax"] for r, v in t.paper.items() if "label_argmax" in v} == {"qwen3-4b": 500, "qwen3-8b": 500, "qwen3-14b": 463, "llama-3-8b": 396}
     assert "first token of (A or (B" in t.inferred
-    (note,) = [n for n in t.notes if "library's own correctness label" in n]
-    assert "0.418" in note and "0.866" in note and "not cells" in note and "463" not in note and "396" not in note
+
+
+def test_table10_library_label_aurocs_are_cells_as_printed():
+    """App. E ("A second task: TriviaQA"): "With the library's own correctness label, the Qwen3-averaged
+    AUROCs are 0.418 for Library and 0.866 for Moved", the label using "the full answer without these
+    extra removals". Every own answer records that label (label_library), so the two numbers are cells
+    of the Qwen3 average with a difference, not a note."""
+    t = load_table("table10")
+    for key, readout in (("auroc_library_own_label", "library"), ("auroc_moved_own_label", "moved")):
+        col = _column(t, key)
+        assert (col.run, dict(col.where), col.metric, col.target) == ("ptrue-triviaqa", {"setting": "own", "readout": readout}, "auroc", "label_library")
+    printed = {(r, k): v for r, row in t.paper.items() for k, v in row.items() if k.endswith("_own_label")}
+    assert printed == {("Qwen3 average", "auroc_library_own_label"): 0.418, ("Qwen3 average", "auroc_moved_own_label"): 0.866}
+    assert not any("0.418" in n or "0.866" in n for n in t.notes)
+
+
+LIBRARY_LABEL_CASES = [  # (own answer, aliases): App. E's removals make the first three differ between the two labels
+    ("Answer: Paris\n", ["Paris", "City of Light"]),
+    ("Paris ✓\n", ["Paris"]),
+    ("Pelé\n", ["Pele"]),
+    ("The Beatles.\n", ["Beatles", "The Fab Four"]),
+    ("paris, france\n", ["Paris"]),
+    (" city_of light", ["Paris", "City of Light"]),
+    ("London\n", ["Paris"]),
+    ("", ["Paris"]),
+]
+
+
+def test_library_label_is_lm_polygraphs_own_metric():
+    """App. E: the library's label is lm-polygraph 0.7.0's own TriviaQA accuracy, its classes composed as
+    ``polygraph_eval`` composes them (lines 316-323: ``AggregatedMetric(PreprocessOutputTarget(AccuracyMetric(),
+    out, target))`` over the aliases, with the triviaqa processing script's normalisation); sleight's
+    :func:`library_match` gives the same 0/1 on every case, and App. E's first-line rule differs from it
+    exactly on the answers its extra removals change."""
+    from lm_polygraph.generation_metrics import AccuracyMetric, AggregatedMetric
+    from lm_polygraph.generation_metrics.preprocess_output_target import PreprocessOutputTarget
+
+    from sleight.readout.ptrue.answers import first_line_match, library_match, normalize_answer
+
+    metric = AggregatedMetric(PreprocessOutputTarget(AccuracyMetric(), normalize_answer, normalize_answer))
+    answers = [a for a, _ in LIBRARY_LABEL_CASES]
+    theirs = metric({"greedy_texts": answers}, [aliases for _, aliases in LIBRARY_LABEL_CASES])
+    ours = [float(library_match(a, aliases) is not None) for a, aliases in LIBRARY_LABEL_CASES]
+    assert list(theirs) == ours == [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    app_e = [float(first_line_match(a, aliases) is not None) for a, aliases in LIBRARY_LABEL_CASES]
+    assert app_e == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
 
 
 def test_table10_label_argmax_by_hand_on_the_bundled_model(model):
@@ -148,14 +192,49 @@ def test_table10_label_argmax_by_hand_on_the_bundled_model(model):
 
 
 # -- Table 9 (App. E): the fused first letter ---------------------------------------------------------------------
-def test_table9_fused_letter_gain_stays_a_note_with_its_reason():
-    """App. E ("Correctness ranking on MMLU"): "Counting as correct the 11 Qwen3-4B answers with no
+def test_table9_fused_letter_gain_is_a_cell_as_printed():
+    """App. E ("The floor and the ranking"): "Counting as correct the 11 Qwen3-4B answers with no
     standalone letter but a gold first letter fused to lowercase text, such as Bropical, gives a
-    Qwen3-averaged gain of 0.120 [0.067, 0.173]." The readings carry the letter label and the
-    standalone letter read, not the gold letter: no column holds that rule, so the note stays and says so."""
-    from sleight.readout.reproduce import kinds
-
+    Qwen3-averaged gain of 0.120 [0.067, 0.173]." Every own answer records whether it is such an answer
+    (fused_letter) and the label that counts it correct (label_fused): the count is Qwen3-4B's cell, the
+    gain the Qwen3 average's Moved − Library under that label, the rule's reading marked inferred."""
     t = load_table("table9")
-    assert not {"gold", "gold_letter"} & set(kinds.kind("ptrue").columns())
-    (note,) = [n for n in t.notes if "Bropical" in n]
-    assert "0.120 [0.067, 0.173]" in note and "not a cell" in note
+    count, gain = _column(t, "fused_letters"), _column(t, "moved_minus_library_fused")
+    assert (count.run, dict(count.where), count.stat, count.column, count.equals) == ("ptrue-mmlu", {"setting": "own", "readout": "library"}, "count", "fused_letter", True)
+    assert (gain.run, dict(gain.where), dict(gain.minus or {}), gain.metric, gain.target) == ("ptrue-mmlu", {"setting": "own", "readout": "moved"}, {"readout": "library"}, "auroc", "label_fused")
+    assert t.paper["qwen3-4b"]["fused_letters"] == 11 and not any("fused_letters" in v for r, v in t.paper.items() if r != "qwen3-4b")
+    assert t.paper["Qwen3 average"]["moved_minus_library_fused"] == 0.12 and t.paper_ci["Qwen3 average"]["moved_minus_library_fused"] == (0.067, 0.173)
+    assert "Bropical" in t.inferred and not any("Bropical" in n for n in t.notes)
+
+
+def test_fused_letter_label_by_hand():
+    """The rule on its cases (a gold capital fused to lowercase text at the opening, no standalone letter
+    anywhere), the labels own_pairs records from it, and the gain cell against the paired AUROC
+    difference computed directly on hand-built rows."""
+    from sleight.readout.ptrue.answers import Answer, QAItem, fused_gold_letter
+    from sleight.readout.ptrue.pipeline import own_pairs
+    from sleight.stats.metrics import auroc
+
+    assert fused_gold_letter("Bropical", "B") and fused_gold_letter("  Cellular respiration", "C")
+    assert not fused_gold_letter("Bropical", "A")  # not the gold letter
+    assert not fused_gold_letter("Bropical, so B", "B")  # a standalone letter elsewhere: judged by it
+    assert not fused_gold_letter("B", "B") and not fused_gold_letter("BROPICAL", "B") and not fused_gold_letter("", "B")
+    item = QAItem(id="m1", question="Which?", choices=("x", "y", "z", "w"), gold_letter="B")
+    free = QAItem(id="t1", question="Capital of France?", aliases=("Paris",))
+    pairs = own_pairs([item, item, free], [Answer(t, 2, "stop_token", "") for t in ("Bropical\n", "C\n", "Answer: Paris\n")])
+    assert [(p["label"], p.get("fused_letter"), p.get("label_fused"), p.get("label_library")) for p in pairs] == [
+        (0.0, True, 1.0, None), (0.0, False, 0.0, None), (1.0, None, None, 0.0),
+    ]
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(40):
+        label, fused = float(rng.random() < 0.5), bool(rng.random() < 0.2)
+        for readout in ("library", "moved"):
+            rows.append({"setting": "own", "item_id": f"q{i}", "readout": readout, "score": float(rng.random()), "label": label,
+                         "fused_letter": fused, "label_fused": float(label or fused)})
+    res = aggregate(load_table("table9"), [Checkpoint("a", "ma")], {"a": {"ptrue-mmlu": rows}}, B=20)
+    cells = next(r for r in res.rows if r.kind == "checkpoint").cells
+    y = np.asarray([r["label_fused"] for r in rows if r["readout"] == "moved"])
+    score = {k: np.asarray([r["score"] for r in rows if r["readout"] == k]) for k in ("moved", "library")}
+    assert cells["moved_minus_library_fused"].estimate == pytest.approx(auroc(score["moved"], y) - auroc(score["library"], y), abs=FLOAT64_ATOL)
+    assert cells["fused_letters"].estimate == sum(r["fused_letter"] for r in rows if r["readout"] == "library")

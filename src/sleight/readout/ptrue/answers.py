@@ -114,6 +114,32 @@ def first_line_match(text: str, aliases: Sequence[str]) -> str | None:
     return None
 
 
+def library_match(text: str, aliases: Sequence[str]) -> str | None:
+    """The first alias the library's own TriviaQA label accepts (App. E: "the library's label uses the
+    full answer without these extra removals"): lm-polygraph 0.7.0 passes the whole answer and every
+    alias through ``normalize_em_triviaqa`` (:func:`normalize_answer`) and takes the maximum of
+    ``AccuracyMetric`` (equal once stripped) over the aliases (``AggregatedMetric``,
+    ``generation_metrics/aggregated_metric.py`` 38-50, ``accuracy.py`` 37-40). ``"Answer: Paris"`` and
+    ``"Paris ✓"`` match no alias ``Paris`` here; :func:`first_line_match` accepts both."""
+    got = normalize_answer(text).strip()
+    for alias in aliases:
+        if got == normalize_answer(alias).strip():
+            return alias
+    return None
+
+
+FUSED_LETTER = re.compile(r"\A\s*([A-Z])[a-z]")
+
+
+def fused_gold_letter(text: str, gold_letter: str | None, letters: Sequence[str] = LETTERS) -> bool:
+    """App. E's MMLU count of answers "with no standalone letter but a gold first letter fused to
+    lowercase text, such as Bropical": the answer names no standalone letter
+    (:func:`first_standalone_letter`) and opens, after whitespace, with the gold capital letter followed
+    by a lowercase letter."""
+    m = FUSED_LETTER.match(text)
+    return bool(gold_letter and m and m.group(1) == gold_letter and first_standalone_letter(text, letters) is None)
+
+
 class SamplingSettings(TypedDict):
     """lm-polygraph's three sampling settings for a checkpoint (:func:`generation_sampling`), merged
     unchanged into a run's settings, where they are compared by name: a TypedDict of those keys."""

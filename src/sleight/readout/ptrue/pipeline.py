@@ -44,8 +44,10 @@ from sleight.readout.ptrue.answers import (
     Answer,
     QAItem,
     Sampling,
+    fused_gold_letter,
     greedy_answers,
     judge_answer,
+    library_match,
     sampled_answers,
 )
 from sleight.readout.ptrue.readouts import READOUT_LABELS, READOUT_NAMES, READOUTS, ReadoutRow, score_pairs
@@ -88,8 +90,8 @@ ARGMAX_SPLIT = ("gold", "printed", "neither")
 class Pair(TypedDict):
     """One (question, answer, label) pair the readouts score: its fields become columns of every
     row of the pair (:func:`score_pair_rows`, less ``deleted_question``), so a TypedDict of those
-    keys. ``answer_tokens``/``answer_finish`` exist for own answers only; ``setting`` once
-    :func:`run_ptrue` sorts the pair into one."""
+    keys. ``answer_tokens``/``answer_finish`` and the two other labels of App. E exist for own answers
+    only (:func:`own_pairs`); ``setting`` once :func:`run_ptrue` sorts the pair into one."""
 
     setting: NotRequired[str]
     item_id: str
@@ -101,6 +103,9 @@ class Pair(TypedDict):
     matched: str | None
     answer_tokens: NotRequired[int]
     answer_finish: NotRequired[str | None]
+    label_library: NotRequired[float | None]
+    fused_letter: NotRequired[bool | None]
+    label_fused: NotRequired[float | None]
 
 
 class PTrueRow(ReadoutRow):
@@ -117,6 +122,9 @@ class PTrueRow(ReadoutRow):
     matched: str | None
     answer_tokens: NotRequired[int]
     answer_finish: NotRequired[str | None]
+    label_library: NotRequired[float | None]
+    fused_letter: NotRequired[bool | None]
+    label_fused: NotRequired[float | None]
 
 
 def argmax_split(argmax_token: str | None, gold_letter: str | None, printed_letter: str | None) -> str | None:
@@ -158,10 +166,14 @@ def constructed_pairs(items: Sequence[QAItem], *, seed: int = PRINTED_SEED) -> l
 
 def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer], *, rule: str = "first_line") -> list[Pair]:
     """The model's own answer per item, labelled by the correctness rule (``rule``: the free-answer
-    rule of :func:`~sleight.readout.ptrue.answers.judge_answer`)."""
+    rule of :func:`~sleight.readout.ptrue.answers.judge_answer`), with App. E's two other labels: on a
+    free answer the library's own (``label_library``, :func:`~sleight.readout.ptrue.answers.library_match`),
+    on a lettered one the gold letter fused to lowercase text counted correct too (``fused_letter``,
+    ``label_fused``, :func:`~sleight.readout.ptrue.answers.fused_gold_letter`)."""
     pairs: list[Pair] = []
     for it, ans in zip(items, answers):
         ok, matched = judge_answer(it, ans.text, rule=rule)
+        fused = fused_gold_letter(ans.text, it.gold_letter) if it.lettered else None
         pairs.append(
             Pair(
                 item_id=it.id,
@@ -173,6 +185,9 @@ def own_pairs(items: Sequence[QAItem], answers: Sequence[Answer], *, rule: str =
                 matched=matched,
                 answer_tokens=ans.n_tokens,
                 answer_finish=ans.finish_reason,
+                label_library=None if it.lettered else float(library_match(ans.text, it.aliases) is not None),
+                fused_letter=fused,
+                label_fused=None if fused is None else float(ok or fused),
             )
         )
     return pairs
