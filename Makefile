@@ -13,10 +13,10 @@ CHECK ?= 1
 # engine-starting modules together); WORKERS=0 runs it in one process.
 WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
-# --no-compile: byte-compiling the venv's ~33,600 Python files at install is ~3 min of CPU on the install's
-# critical path (torch alone: 19.2 s against 5.5 s, docs/results.md); Python compiles the modules a run
-# imports when it first imports them, and keeps them.
-PIP := $(BIN)/pip install -q --no-compile
+# pip byte-compiles what it installs, and that is kept: where PYTHONDONTWRITEBYTECODE is set (the machines
+# here set it) Python writes no .pyc of its own, so `--no-compile` made every process of the suite
+# recompile what it imports (31 min 58 s against ~27, docs/results.md).
+PIP := $(BIN)/pip install -q
 
 .PHONY: demo test test-deps test-fast test-kernels check lint docs install clean chromium
 

@@ -15,7 +15,7 @@ import pytest
 from sleight.readout.audit import token_rules
 from sleight.readout.reproduce import load_table
 from sleight.readout.reproduce.aggregate import aggregate
-from tolerances import FLOAT64_RTOL
+from tolerances import FLOAT64_RTOL, MASS_ATOL
 
 N_ITEMS = 2  # items per run in the bundled-model reproductions (the paper: 64 and 16)
 
@@ -102,8 +102,9 @@ def test_appendix_d_deletion_medians_and_the_letter_bound_are_cells():
 def test_table6_phi3_minimum_hits_and_argmax_digits_are_cells():
     """App. C.5: on Phi-3's stemmed prompt "Eq. 2 on those same 16-item passes gives 0.9331, minimum 0.8977,
     and 16 of 16 hits. The argmax there is '7' in 9 items, '3' in 6 and '5' in 1"; Mistral's "Eq. 2 gives
-    3.93×10^-6 with 0 of 16 hits on the original ending". App. A's 64-item reading (0.0368 against 0.9334)
-    has no run here (16 items) and stays a note."""
+    3.93×10^-6 with 0 of 16 hits on the original ending". App. A's 64-item reading ("0.0368 instead of
+    0.9334 on the 64-item stemmed prompt") has a run of its own (stem64: the probe's settings on 64 items)
+    and two cells, no note."""
     t = load_table("table6")
     assert _spec(t, "stem_in_context_min") == ("probe", {"variant": "stem"}, "min", "option_mass", None)
     assert _spec(t, "stem_hits") == ("probe", {"variant": "stem"}, "count", "argmax_class", "option")
@@ -117,7 +118,13 @@ def test_table6_phi3_minimum_hits_and_argmax_digits_are_cells():
     assert t.paper["mistral-7b"]["hits"] == 0
     assert "hit" in t.inferred
     assert not any("0.8977" in n for n in t.notes)
-    assert any("0.0368" in n for n in t.notes) and all(spec.items == 16 for spec in t.runs.values())
+    assert not any("0.0368" in n for n in t.notes) and t.runs["probe"].items == 16
+    stem64 = t.runs["stem64"]
+    assert (stem64.items, stem64.paper_data, stem64.settings) == (64, "race-h:hub:n=64", t.runs["probe"].settings)
+    assert _spec(t, "stem64_divergent") == ("stem64", {"variant": "stem"}, "median", "option_mass_divergent", None)
+    assert _spec(t, "stem64_in_context") == ("stem64", {"variant": "stem"}, "median", "option_mass", None)
+    assert (phi["stem64_divergent"], phi["stem64_in_context"]) == (0.0368, 0.9334)
+    assert round(load_table("table3").paper["phi-3-mini"]["stem_mass"], 4) == phi["stem64_in_context"]  # App. A: Table 3's 0.93344
 
 
 # ------------------------------------------------------------------------------------------------
@@ -179,3 +186,9 @@ def test_c4_and_table6_cells_are_the_runs_readings(model, tmp_path):
     assert got["table6"]["hits"] == sum(r["argmax_class"] == "option" for r in orig)
     for digit in ("7", "3", "5"):
         assert got["table6"][f"stem_argmax_{digit}"] == sum(token_rules.bare_token(r["argmax_token"]) == digit for r in stem)
+    # App. A's 64-item run, cut to the same first items by the limit: the same stemmed readings as the probe's
+    # (other rows share the batches, so within the mass noise, not bit for bit)
+    stem64 = [r for r in pq.read_table(tmp_path / "table6" / "smollm2-135m-instruct" / "stem64" / "readings.parquet").to_pylist() if r["variant"] == "stem"]
+    assert [r["item_id"] for r in stem64] == [r["item_id"] for r in stem]
+    assert got["table6"]["stem64_divergent"] == pytest.approx(got["table6"]["stem_divergent"], abs=MASS_ATOL)
+    assert got["table6"]["stem64_in_context"] == pytest.approx(got["table6"]["stem_in_context"], abs=MASS_ATOL)
