@@ -68,6 +68,8 @@ def test_table14_falcon_separator_supplied_cells_as_printed():
     assert load_table("appendix-c2").paper["falcon-7b"]["mass_space"] == falcon["c0_sep_mass"]  # C.2 prints C0's too
     (note,) = [n for n in t.notes if "separator supplied" in n]
     assert "Mistral" in note and "0.14991" not in note
+    t15 = load_table("table15")  # Table 15 reads the same runs (App. I), so reproducing both runs them once
+    assert {k: (r.paper_data, r.items, r.settings) for k, r in t15.runs.items()} == {k: (r.paper_data, r.items, r.settings) for k, r in t.runs.items()}
 
 
 def test_table14_stem_cells_and_summaries_by_hand():
