@@ -121,6 +121,8 @@ def test_table6_phi3_minimum_hits_and_argmax_digits_are_cells():
     assert not any("0.0368" in n for n in t.notes) and t.runs["probe"].items == 16
     stem64 = t.runs["stem64"]
     assert (stem64.items, stem64.paper_data, stem64.settings) == (64, "race-h:hub:n=64", t.runs["probe"].settings)
+    t3 = load_table("table3").runs["probe"]  # Table 3's own 64-item run, so reproducing both reads it once
+    assert (t3.command, t3.items, t3.paper_data, t3.settings) == (stem64.command, stem64.items, stem64.paper_data, stem64.settings)
     assert _spec(t, "stem64_divergent") == ("stem64", {"variant": "stem"}, "median", "option_mass_divergent", None)
     assert _spec(t, "stem64_in_context") == ("stem64", {"variant": "stem"}, "median", "option_mass", None)
     assert (phi["stem64_divergent"], phi["stem64_in_context"]) == (0.0368, 0.9334)
