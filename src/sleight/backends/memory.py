@@ -176,8 +176,13 @@ class _Attn:
     shared: bool  # a KV-shared layer (Gemma 3n/4): no K/V projections and no cache of its own
 
 
+def _hidden(text: Mapping[str, object]) -> int:
+    """The model width: ``hidden_size``, or GPT-2's ``n_embd``."""
+    return _int(text, "hidden_size") or _int(text, "n_embd")
+
+
 def _attention(text: Mapping[str, object], kinds: list[str], i: int) -> _Attn:
-    hidden = _int(text, "hidden_size") or _int(text, "n_embd")
+    hidden = _hidden(text)
     heads = _int(text, "num_attention_heads") or _int(text, "n_head")
     if text.get("multi_query") is True:
         kv = 1
@@ -441,7 +446,7 @@ def activation_bytes(config: Mapping[str, object], quantization: str | None, dty
     text = text_config(config)
     mtype = str(text.get("model_type") or config.get("model_type") or "")
     b = act_bytes(config, dtype)
-    hidden, vocab = _int(text, "hidden_size") or _int(text, "n_embd"), _int(text, "vocab_size")
+    hidden, vocab = _hidden(text), _int(text, "vocab_size")
     kinds = layer_kinds(text)
     widest = 0.0  # per token, bytes, the widest layer's intermediates
     for i, kind in enumerate(kinds):

@@ -37,7 +37,7 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from sleight.backends import LanguageModel
+from sleight.backends import LanguageModel, Rendered
 from sleight.errors import UserError
 from sleight.position import read_positions, renormalise
 from sleight.readout.audit.items import AuditItem
@@ -51,6 +51,7 @@ from sleight.readout.audit.presets import (
     choices_block,
     forecast_prompt,
 )
+from sleight.readout.audit.reader import reader_generated_letters
 from sleight.readout.items import DEFAULT_RACE_ITEMS as DEFAULT_ITEMS  # noqa: F401 - re-exported
 from sleight.readout.items import RaceItem
 from sleight.readout.items import load_race_items as load_race_items
@@ -171,7 +172,15 @@ class ForecastRow(ReaderChoice, MeasuredColumns):
 def reader_readings(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[tuple[PositionColumns, PositionColumns]]:
     """The note-only reader's position for each (item, note text), read once against the unspaced and
     the spaced letters (App. C.7): per item the audit's columns of each set, (unspaced, spaced)."""
-    contexts = [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]).text for it, n in zip(items, notes)]
+    return _read_reader_contexts(model, [c.text for c in _reader_chats(model, items, notes)])
+
+
+def _reader_chats(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[str]) -> list[Rendered]:
+    """The note-only reader's prompt per (item, note text), rendered with the model's chat template."""
+    return [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]) for it, n in zip(items, notes)]
+
+
+def _read_reader_contexts(model: LanguageModel, contexts: Sequence[str]) -> list[tuple[PositionColumns, PositionColumns]]:
     sets = [SPACINGS["unspaced"], SPACINGS["spaced"]]
     out = []
     for r in read_positions(model, contexts, [sets] * len(contexts), score_options=True):
@@ -189,11 +198,10 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
     correctness (spaced by default, Table 4); ``correct_spaced`` is always the spaced reader's;
     ``correct_generated`` the letter the reader writes in 16 greedy tokens (App. C.7's third reading).
     """
-    from sleight.readout.audit.reader import reader_generated_letters
-
     check_reader(reader)
-    readings = reader_readings(model, items, notes)
-    written = reader_generated_letters(model, [model.render_chat([{"role": "user", "content": reader_prompt(n, it)}]).ids for it, n in zip(items, notes)])
+    chats = _reader_chats(model, items, notes)
+    readings = _read_reader_contexts(model, [c.text for c in chats])
+    written = reader_generated_letters(model, [c.ids for c in chats])
     out: list[ReaderChoice] = []
     for it, (ru, rs), gen in zip(items, readings, written):
         ku, ks = pick(ru["option_logprobs"]), pick(rs["option_logprobs"])
