@@ -95,6 +95,9 @@ def test_app_g_config_prints_its_summaries_beside_the_paper() -> None:
     drho = [c for c in config.columns if c.metric == "doc_spearman"]
     assert [c.where["preset"] for c in drho] == [f"geval:{d}" for d in ("coherence", "consistency", "fluency", "relevance")]
     assert all((c.score, c.minus_score) == ("score_first", "score_full_spaced") for c in drho)
+    # the scored position only: one greedy token (the audit's least), no column read from a continuation
+    assert config.runs["geval"].settings["max_new_tokens"] == 1
+    assert {c.column for c in config.columns if c.column} == {"argmax_option", "score_first", "score_full_spaced", "distinct"}
     printed = {s.key: s.paper for s in config.summaries}
     assert printed == {
         "rho_low": -0.0598, "rho_high": 0.6306, "drho_low": -0.2194, "drho_high": 0.0831, "drho_negative": 19, "drho_positive": 9,
