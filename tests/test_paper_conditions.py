@@ -232,7 +232,7 @@ def test_reader_scored_by_its_generated_letter(model):
     first standalone letter; no letter, no answer."""
     assert reader.generated_letter("The answer is B: it is easy") == "B" and reader.generated_letter("Bropical") is None
     assert reader.READER_GENERATED_TOKENS == 16
-    assert reader.generated_correct(["B", None, "C"], ["B", "A", "A"]) == [1.0, None, 0.0]
+    assert [reader.letter_correct(x, g) for x, g in zip(["B", None, "C"], ["B", "A", "A"])] == [True, None, False]
     ctx = [model.render_chat([{"role": "user", "content": cond.fixed_note_items(_race(2))[k].quoted}]).ids for k in range(2)]
     got = reader.reader_generated_letters(model, ctx)
     want = [reader.generated_letter(model.decode(c.token_ids)) for c in model.generate_until(ctx, 16)]

@@ -31,6 +31,7 @@ def reader_generated_letters(
     return [generated_letter(model.decode(o.token_ids)) for o in outs]
 
 
-def generated_correct(letters: Sequence[str | None], gold: Sequence[str]) -> list[float | None]:
-    """App. C.7: the reader's correctness by its generated letter (None where it names no letter)."""
-    return [None if x is None else float(x == g) for x, g in zip(letters, gold)]
+def letter_correct(letter: str | None, gold: str) -> bool | None:
+    """The reader's correctness by a letter it chose or wrote (any of C.7's three readings; None where
+    it names no letter, so an item without an answer is left out rather than counted wrong)."""
+    return (letter == gold) if letter else None

@@ -51,7 +51,7 @@ from sleight.readout.audit.presets import (
     choices_block,
     forecast_prompt,
 )
-from sleight.readout.audit.reader import reader_generated_letters
+from sleight.readout.audit.reader import letter_correct, reader_generated_letters
 from sleight.readout.items import DEFAULT_RACE_ITEMS as DEFAULT_ITEMS  # noqa: F401 - re-exported
 from sleight.readout.items import RaceItem
 from sleight.readout.items import load_race_items as load_race_items
@@ -218,18 +218,14 @@ def read_notes(model: LanguageModel, items: Sequence[RaceItem], notes: Sequence[
                 reader_mass_spaced=rs["option_mass"],
                 reader_argmax_token=ru["argmax_token"],
                 reader_argmax_class=ru["argmax_class"],
-                correct=_correct(choice_sp if reader == "spaced" else choice, it.answer),
-                correct_spaced=_correct(choice_sp, it.answer),
+                correct=letter_correct(choice_sp if reader == "spaced" else choice, it.answer),
+                correct_spaced=letter_correct(choice_sp, it.answer),
                 reader_target=reader,
                 reader_generated=gen,
-                correct_generated=_correct(gen, it.answer),
+                correct_generated=letter_correct(gen, it.answer),
             )
         )
     return out
-
-
-def _correct(choice: str | None, gold: str) -> bool | None:
-    return (choice == gold) if choice else None
 
 
 def run_forecast(
