@@ -66,9 +66,10 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(PIP) -e '.[test,lint,docs]'
 	touch $@
 
-# llama.cpp, compiled once (~4 min here alone, ~6 beside the installs: make test's critical path) from the tree llama-cpp-python 0.3.36's source carries
-# (vendor/llama.cpp), outside the venv's pip so that `make test` builds it while the venv's own
-# installs run (`-j3 test-deps`): shared libraries with RPATH $ORIGIN, and llama.cpp's own server
+# llama.cpp, compiled once (~4.5 min here alone, ~6.5 beside the installs: make test's critical path;
+# docs/results.md) from the tree llama-cpp-python 0.3.36's source carries (vendor/llama.cpp), outside
+# the venv's pip so that `make test` builds it while the venv's own installs run (`-j3 test-deps`):
+# shared libraries with RPATH $ORIGIN, and llama.cpp's own server
 # (`llama-server`, no UI, no network), the second server a served subject is tested on
 # (tests/test_served_llama.py).
 LLAMA_BUILD := $(VENV)/llama.cpp
