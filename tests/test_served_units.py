@@ -6,6 +6,8 @@ against vLLM's real server is tests/test_served.py."""
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -59,6 +61,40 @@ def test_the_transport_retries_with_retry_after_and_gives_up_below_http():
     with pytest.raises(_Transport):
         ep.call("GET", "/models")
     assert len(ep.sleeps) == 1
+
+
+def test_an_overload_answer_beside_another_request_spends_no_attempt():
+    """The gate's probing is not a failure (transport.Endpoint.call): a server that takes one request at
+    a time and answers 429 to any other. With no retries at all, two requests sent at once both
+    complete: the one refused beside the other is asked again once the halved gate lets it through
+    alone (the overload test in tests/test_served.py failed a run on this: a request refused three
+    times while the gate was still finding the server's capacity). A request refused while alone
+    spends its attempt, so a server overloaded whatever is asked still fails at once."""
+    lock, second, busy = threading.Lock(), threading.Event(), [0]
+
+    def one_at_a_time(body: dict, n: int) -> Answer:
+        with lock:
+            busy[0] += 1
+            alone = busy[0] == 1
+        try:
+            if not alone:
+                second.set()
+                return Answer(429, headers={"Retry-After": "0"})
+            if n == 1:
+                second.wait(10)  # the first stays in flight until the second has come
+            return reply("ok")
+        finally:
+            with lock:
+                busy[0] -= 1
+
+    with FaultServer({"one": one_at_a_time, "busy": lambda b, n: Answer(429, headers={"Retry-After": "0"})}) as srv:
+        ep = Endpoint(srv.base_url, retries=0, concurrency=2)
+        with ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(lambda _: ep.call("POST", "/chat/completions", {"model": "one"}).status, range(2)))
+        assert got == [200, 200] and second.is_set() and len(srv.requests["one"]) == 3
+        assert (ep.gate.overloads, ep.gate.low, ep.sleeps) == (1, 1, [0.0])
+        assert ep.call("POST", "/chat/completions", {"model": "busy"}).status == 429  # alone: no retry left
+        assert len(srv.requests["busy"]) == 1
 
 
 def read(choice, budget, top_k):

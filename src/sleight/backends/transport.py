@@ -147,14 +147,24 @@ class _Gate:
 
     def __init__(self, ceiling: int) -> None:
         self.ceiling = self.limit = self.low = max(1, ceiling)
-        self.busy = self.calm = self.overloads = 0
+        self.busy = self.calm = self.overloads = self.taken = 0
         self.cond = threading.Condition()
 
-    def acquire(self) -> None:
+    def acquire(self) -> tuple[int, int]:
+        """Wait for a place; returns a ticket for :meth:`shared` (places taken so far, requests in
+        flight with this one)."""
         with self.cond:
             while self.busy >= self.limit:
                 self.cond.wait()
             self.busy += 1
+            self.taken += 1
+            return self.taken, self.busy
+
+    def shared(self, ticket: tuple[int, int]) -> bool:
+        """Whether another request was in flight beside the ticket's at any time before now."""
+        taken, busy = ticket
+        with self.cond:
+            return busy > 1 or self.taken > taken
 
     def release(self, overloaded: bool) -> None:
         with self.cond:
@@ -248,23 +258,32 @@ class Endpoint:
         """:meth:`exchange` with the retries: a transport failure or a retryable status is asked
         again after :meth:`pause`; returns the last answer (any status), or raises :class:`_Transport`
         when the last attempt failed below HTTP. Each attempt passes the :class:`_Gate`, so an
-        overloaded server (429, 503) sees fewer requests in flight until it calms."""
+        overloaded server (429, 503) sees fewer requests in flight until it calms. An overload answer
+        to a request sent beside others is the gate finding the server's capacity (the limit halves
+        at once, and rises again only after calm answers): it is asked again after the pause without
+        spending an attempt, so a request is not failed by its own gate's probing; one sent alone
+        spends it, so a server overloaded whatever is asked still fails after the retries."""
         attempt = 0
         while True:
             wait: float | None = None
             resp: _Response | None = None
-            self.gate.acquire()  # the backoff below is slept outside it
+            ticket = self.gate.acquire()  # the backoff below is slept outside it
             try:
                 resp = self.exchange(method, path, payload, timeout, root=root)
             except _Transport:
                 if attempt >= self.retries:
                     raise
             finally:
+                beside = self.gate.shared(ticket)
                 self.gate.release(resp is not None and resp.status in OVERLOAD_STATUS)
             if resp is not None:
-                if resp.status not in RETRY_STATUS or attempt >= self.retries:
+                probed = beside and resp.status in OVERLOAD_STATUS
+                if resp.status not in RETRY_STATUS or (attempt >= self.retries and not probed):
                     return resp
                 wait = retry_after_s(resp.headers.get("retry-after"))
+                if probed:
+                    self.pause(attempt, wait)
+                    continue
             self.pause(attempt, wait)
             attempt += 1
 
