@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +58,36 @@ def audit_tables(model, tmp_path_factory):
         for name in AUDIT_TABLES
     }
     return results, out
+
+
+@dataclass(frozen=True)
+class VLLMTamperRun:
+    """A finished ``sleight tamper run --engine vllm`` and the arguments it ran with (less the engine's)."""
+
+    out: Path
+    args: tuple[str, ...]
+
+
+VLLM_TAMPER_QUESTIONS = ("q001", "q006", "q089")  # the tamper test questions (tests/test_tamper_run.py)
+
+
+@pytest.fixture(scope="session")
+def vllm_tamper_run(tmp_path_factory) -> VLLMTamperRun:
+    """``sleight tamper run --engine vllm`` (two-phase) in a process of its own, as a user runs it, once
+    for the suite: tests/test_vllm_cli.py holds it against hf's lockstep run and tests/test_served.py
+    holds a run over vLLM's server against it (both engine modules: no other vLLM engine is alive
+    while it runs, and it runs before the server starts)."""
+    from tamper_artifacts import sleight as run_cli
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # as the engine modules set it
+    d = tmp_path_factory.mktemp("vllm-tamper")
+    shipped = Path(__file__).parents[1] / "src" / "sleight" / "data" / "sleight_questions.jsonl"
+    by_id = {json.loads(line)["id"]: line for line in shipped.read_text().splitlines()}
+    qfile = d / "questions.jsonl"
+    qfile.write_text("".join(by_id[q] + "\n" for q in VLLM_TAMPER_QUESTIONS))
+    args = ("tamper", "run", "--questions-file", str(qfile), "--substitutes", "4", "--max-new-tokens", "48", "--no-progress")
+    run_cli(*args, "--engine", "vllm", "--decoding", "two-phase", "--out", str(d / "vllm"))
+    return VLLMTamperRun(d / "vllm", args)
 
 
 @pytest.fixture(scope="session")

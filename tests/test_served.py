@@ -40,11 +40,10 @@ RUN = ["tamper", "run", "--questions", "1", "--substitutes", "3", "--max-new-tok
 
 
 @pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory):
-    """``sleight tamper run --engine vllm`` in process (its own subprocess), before any server starts."""
-    out = tmp_path_factory.mktemp("served") / "vllm"
-    sleight(*RUN, "--engine", "vllm", "--out", str(out))
-    return out
+def vllm_run(vllm_tamper_run):
+    """``sleight tamper run --engine vllm`` in process (its own subprocess; conftest's, which
+    tests/test_vllm_cli.py holds against hf), finished before any server starts."""
+    return vllm_tamper_run
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +139,7 @@ def test_tamper_run_over_the_server_equals_vllm_in_process(server, vllm_run, tmp
     env_key = os.environ.get("OPENAI_API_KEY")
     os.environ["OPENAI_API_KEY"] = SECRET
     try:
-        proc = sleight(*RUN, "--model", server.spec, "--out", str(out))
+        proc = sleight(*vllm_run.args, "--model", server.spec, "--out", str(out))
     finally:
         if env_key is None:
             os.environ.pop("OPENAI_API_KEY", None)
@@ -151,8 +150,8 @@ def test_tamper_run_over_the_server_equals_vllm_in_process(server, vllm_run, tmp
     assert manifest["config"]["engine"] == "openai" and manifest["config"]["decoding"] == "two-phase"
     assert manifest["config"]["dtype"] is None
     assert SECRET not in "".join(p.read_text(errors="replace") for p in Path(out).rglob("*") if p.is_file())
-    sv, vl = (load_trials(d).sort_values(["question_id", "substitute"]).reset_index(drop=True) for d in (out, vllm_run))
-    assert len(sv) == len(vl) == 3 and vl["n_swaps"].sum() > 0
+    sv, vl = (load_trials(d).sort_values(["question_id", "substitute"]).reset_index(drop=True) for d in (out, vllm_run.out))
+    assert len(sv) == len(vl) == 12 and vl["n_swaps"].sum() > 0
     for (_, a), (_, b) in zip(vl.iterrows(), sv.iterrows()):
         assert list(a["token_ids"]) == list(b["token_ids"]), a["substitute"]
         assert a["n_swaps"] == b["n_swaps"] and list(a["swap_steps"]) == list(b["swap_steps"])
@@ -170,20 +169,24 @@ def test_tamper_run_over_the_server_equals_vllm_in_process(server, vllm_run, tmp
 def test_tamper_sweep_runs_a_served_subject_beside_a_local_one(server, vllm_run, tmp_path):
     """Issue #36 item 2: ``tamper sweep`` (no Ray) over the bundled model in process and the same
     model behind vLLM's server: each subject in its own folder, the served one's trials those of
-    ``--engine vllm`` in process, token for token; a rerun finds everything committed and writes
-    nothing twice."""
+    ``--engine vllm`` in process (its rows of the first question and the first three substitutes: each
+    trial depends on its own question and substitute only), token for token; a rerun finds
+    everything committed and writes nothing twice."""
     from sleight.backends.resolve import DEFAULT_MODEL
     from sleight.tamper.job import default_out
 
     out = tmp_path / "sweep"
     args = ["tamper", "sweep", "--models", f"{DEFAULT_MODEL},{server.spec}", "--questions", "1", "--substitutes", "3",
-            "--max-new-tokens", "24", "--no-ray", "--no-progress", "--out", str(out)]  # fmt: skip
+            "--max-new-tokens", "48", "--no-ray", "--no-progress", "--out", str(out)]  # fmt: skip
     local, srv = default_out(DEFAULT_MODEL).name, f"smol-vllm--127.0.0.1_{server.port}"
     assert f"served: {srv} send requests" in sleight(*args, "--dry-run").stdout
     sleight(*args)
     assert load_manifest(out / srv)["config"]["engine"] == "openai" and load_manifest(out / local)["config"]["engine"] == "hf"
-    got, ref = (load_trials(d).sort_values(["question_id", "substitute"]).reset_index(drop=True) for d in (out / srv, vllm_run))
+    ref = load_trials(vllm_run.out)
+    ref = ref[(ref["question_id"] == "q001") & ref["substitute"].isin(["Mandela effect", "armchair", "bookshelf"])]
+    got, ref = (t.sort_values(["question_id", "substitute"]).reset_index(drop=True) for t in (load_trials(out / srv), ref))
     assert len(got) == len(ref) == 3 and len(load_trials(out / local)) == 3
+    assert list(got["question_id"]) == ["q001"] * 3 and list(got["substitute"]) == list(ref["substitute"])
     assert [list(t) for t in got["token_ids"]] == [list(t) for t in ref["token_ids"]]
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     sleight(*args)

@@ -3,10 +3,10 @@
 Every number is held against the hf engine on the same weights: generation token for token,
 ``read_next``, ``continuation_logprobs`` and ``score_tokens`` within the measured tolerances, a
 two-phase ``tamper run --engine vllm`` against the hf lockstep run, and the readout commands.
-``readout ptrue`` runs here through the library (the command is the library call, bit for bit:
-tests/test_library_calls.py) on this module's engine. The other commands on ``--engine vllm`` are
-in tests/test_vllm_cli.py (a module of their own, so that this
-module's engine is shut down before theirs start), the judge path through vLLM's own OpenAI server in
+``readout ptrue`` and ``readout audit`` run here through the library (each command is its library
+call, bit for bit: tests/test_library_calls.py) on this module's engine. The tamper command on
+``--engine vllm`` is in tests/test_vllm_cli.py (a module of its own, so that this module's engine is
+shut down before the command's starts), the judge path through vLLM's own OpenAI server in
 tests/test_vllm_server.py.
 """
 
@@ -23,6 +23,7 @@ from sleight.backends import ModelSpec, load_model
 from sleight.backends import vllm as adapter
 from sleight.errors import UserError
 from sleight.readout import downstream_run as dr
+from sleight.readout.audit.run import load_audit, run_audit
 from sleight.tamper.engine import TamperConfig
 from sleight.tamper.signals import entropy_returned
 from tolerances import ENTROPY_ATOL, LOGPROB_ATOL, MASS_ATOL
@@ -249,3 +250,13 @@ def test_readout_ptrue_on_vllm_equals_hf(vmodel, model, tmp_path):
     assert len(a) == len(b) > 0 and [key(r) for r in a] == [key(r) for r in b]
     for col, tol in (("score", LOGPROB_ATOL), ("option_mass", MASS_ATOL)):  # the Library readout's score is a log-prob
         np.testing.assert_allclose(np.array([r[col] for r in b], float), np.array([r[col] for r in a], float), atol=tol, err_msg=col)
+
+
+def test_readout_audit_on_vllm_equals_hf(vmodel, model, tmp_path):
+    """``sleight readout audit --engine vllm`` (the command is the library call: tests/test_library_calls.py)
+    against hf: the same variants read, the masses and scores within the measured noise."""
+    items, config, _ = load_audit(preset="forecast", limit=2, variants="original,stem", max_new_tokens=4)
+    a, b = (pd.read_parquet(run_audit(m, items, tmp_path / name, config, show_progress=False).out_dir / "readings.parquet") for name, m in (("hf", model), ("vllm", vmodel)))
+    assert list(a["variant"]) == list(b["variant"]) and len(a) == 4
+    np.testing.assert_allclose(b["option_mass"], a["option_mass"], atol=MASS_ATOL)
+    np.testing.assert_allclose(b["score"], a["score"], atol=MASS_ATOL)
