@@ -165,6 +165,28 @@ def test_config_errors_are_one_line_naming_file_and_key(tmp_path, edit, message)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+def test_a_run_may_be_another_tables_run_stated_once(tmp_path):
+    """Tables that read the same records state the run once (App. I: Table 15 reads Table 14's runs; App. A:
+    Table 6's 64-item stemmed reading is Table 3's probe): ``<table>/<run>`` is that run under this table's
+    name, and reproducing both runs it once; what a reference cannot name is one line."""
+    from dataclasses import replace
+
+    t14, t15 = load_table("table14"), load_table("table15")
+    assert t15.runs == t14.runs and list(t15.runs) == ["c0", "n1", "s1", "d1", "a1", "a2", "t1", "t2"]
+    assert load_table("table6").runs["stem64"] == replace(load_table("table3").runs["probe"], name="stem64")
+    run = 'f: {command: forecast, data: {paper: "race-h:hub", fixture: "race-h:{fixtures}/ehovy/race/high/test-00000-of-00001.parquet"}}'
+    assert run in BASE
+    for ref, message in (
+        ("table14/z9", "bad.yaml: runs.f: 'z9' is not one of table14's runs (c0, n1, "),
+        ("table99/c0", "bad.yaml: runs.f: 'table99/c0': no shipped table 'table99'"),
+        ("table14", "bad.yaml: runs.f: expected a run's settings or '<table>/<run>', got 'table14'"),
+        ("table15/c0", "bad.yaml: runs.f: table15's run 'c0' is itself 'table14/c0': name the table that states it"),
+    ):
+        with pytest.raises(UserError) as err:
+            load_table(_write(tmp_path, BASE.replace(run, f"f: {ref}")))
+        assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
 def test_unknown_table_is_one_line():
     with pytest.raises(UserError, match="no shipped table 'table99'"):
         load_table("table99")

@@ -208,8 +208,32 @@ def _check_spec(r: _Reader, spec: str, key: str, command: str, settings: Mapping
             raise r.fail(key, f"fixture file not found: {path}")
 
 
+def _shared_run(r: _Reader, name: str, ref: str) -> RunSpec:
+    """A run written ``<table>/<run>``: that shipped table's run as it states it, under this table's
+    name (tables that read the same records state them once; reproducing both runs them once)."""
+    where = f"runs.{name}"
+    table, _, run = ref.partition("/")
+    if not table or not run:
+        raise r.fail(where, f"expected a run's settings or '<table>/<run>', got '{ref}'")
+    try:
+        path = table_path(table)
+    except UserError as exc:
+        raise r.fail(where, f"'{ref}': {exc}") from None
+    if path == r.path:
+        raise r.fail(where, f"'{ref}' names this table; state the run here once")
+    other = _Reader(path)
+    runs = other.mapping(other.mapping(parse_yaml(path.read_text(encoding="utf-8"), path.name), "(top level)").get("runs"), "runs")
+    if run not in runs:
+        raise r.fail(where, f"'{run}' is not one of {table}'s runs ({', '.join(runs)})")
+    if isinstance(runs[run], str):
+        raise r.fail(where, f"{table}'s run '{run}' is itself '{runs[run]}': name the table that states it")
+    return _run(other, name, runs[run])
+
+
 def _run(r: _Reader, name: str, raw: Any) -> RunSpec:
     where = f"runs.{name}"
+    if isinstance(raw, str):
+        return _shared_run(r, name, raw)
     obj = r.mapping(raw, where)
     r.unknown(obj, ("command", "data", "settings", "sampling_from", "items"), where)
     command = r.text(obj, "command", where)
