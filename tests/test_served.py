@@ -173,6 +173,7 @@ def test_tamper_sweep_runs_a_served_subject_beside_a_local_one(server, vllm_run,
     trial depends on its own question and substitute only), token for token; a rerun finds
     everything committed and writes nothing twice."""
     from sleight.backends.resolve import DEFAULT_MODEL
+    from sleight.tamper.data import load_questions, load_substitutes
     from sleight.tamper.job import default_out
 
     out = tmp_path / "sweep"
@@ -182,11 +183,12 @@ def test_tamper_sweep_runs_a_served_subject_beside_a_local_one(server, vllm_run,
     assert f"served: {srv} send requests" in sleight(*args, "--dry-run").stdout
     sleight(*args)
     assert load_manifest(out / srv)["config"]["engine"] == "openai" and load_manifest(out / local)["config"]["engine"] == "hf"
+    (first,), subs = load_questions(limit=1)[0], load_substitutes(limit=3)[0]  # what --questions 1 --substitutes 3 take
     ref = load_trials(vllm_run.out)
-    ref = ref[(ref["question_id"] == "q001") & ref["substitute"].isin(["Mandela effect", "armchair", "bookshelf"])]
+    ref = ref[(ref["question_id"] == first.id) & ref["substitute"].isin(subs)]
     got, ref = (t.sort_values(["question_id", "substitute"]).reset_index(drop=True) for t in (load_trials(out / srv), ref))
     assert len(got) == len(ref) == 3 and len(load_trials(out / local)) == 3
-    assert list(got["question_id"]) == ["q001"] * 3 and list(got["substitute"]) == list(ref["substitute"])
+    assert list(got["question_id"]) == [first.id] * 3 and list(got["substitute"]) == list(ref["substitute"])
     assert [list(t) for t in got["token_ids"]] == [list(t) for t in ref["token_ids"]]
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     sleight(*args)
