@@ -116,6 +116,10 @@ def test_table6_phi3_minimum_hits_and_argmax_digits_are_cells():
     assert phi["stem_argmax_7"] + phi["stem_argmax_3"] + phi["stem_argmax_5"] == phi["stem_hits"] == t.runs["probe"].items
     assert phi["stem_in_context_min"] < phi["stem_in_context"]
     assert t.paper["mistral-7b"]["hits"] == 0
+    # App. C.5: "the divergent companion 0.0392 with 0 of 16 argmax hits", counted at the divergent position
+    assert _spec(t, "stem_divergent_hits") == ("probe", {"variant": "stem"}, "count", "divergent_argmax_hit", True)
+    assert (phi["stem_divergent"], phi["stem_divergent_hits"]) == (0.0392, 0)
+    assert not t.notes  # every printed count of C.5 is a cell
     assert "hit" in t.inferred
     assert not any("0.8977" in n for n in t.notes)
     assert not any("0.0368" in n for n in t.notes) and t.runs["probe"].items == 16

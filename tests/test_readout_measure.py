@@ -70,6 +70,15 @@ def test_shared_first_tokens_are_counted_once_and_flagged(model, rows):
     after = model.next_token_logprobs([model.encode(r["context"]) + [ids[0]]])[0]
     a, b = (encode_continuation(model, r["context"], o)[1] for o in r["options"])
     assert r["option_mass_divergent"] == pytest.approx(float(np.exp(after[a]) + np.exp(after[b])), abs=MASS_ATOL)
+    # App. C.5 counts argmax hits at the divergent position too: there the unrestricted argmax is read
+    # again (after the context and " ("), a hit where it is one of the options' tokens there.
+    assert r["divergent_argmax_id"] == int(np.argmax(after))
+    assert r["divergent_argmax_hit"] is (int(np.argmax(after)) in {a, b})
+    # Options that share no leading token: the divergent position is the scored one, its argmax the row's.
+    tf = rows[("tf", "original")]
+    assert tf["divergent_argmax_id"] == tf["argmax_id"] and tf["divergent_argmax_hit"] is (tf["argmax_id"] in tf["first_token_ids"])
+    # No divergent position where the boundary breaks: no argmax there either.
+    assert rows[("tf", "stem")]["divergent_argmax_id"] is None and rows[("tf", "stem")]["divergent_argmax_hit"] is None
     # Full-sequence log-probs, independently scored, and the renormalised score (first option's p).
     # The first token is read in the batched scored-position pass, the rest after it: float32
     # rounding against this lone pass is ~1e-5.

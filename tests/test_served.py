@@ -389,7 +389,7 @@ def test_readout_audit_over_the_server_equals_the_hf_engine(server, tmp_path):
     hf, sv = (pd.read_parquet(tmp_path / d / "readings.parquet").sort_values(["item_id", "variant"]).reset_index(drop=True) for d in ("hf", "served"))
     assert len(hf) == len(sv) > 0 and not hf["skipped"].all()
     same = ["item_id", "variant", "skipped", "context", "n_context_tokens", "boundary_preserved", "first_token_ids", "isolated_first_token_ids",
-            "first_tokens_distinct", "argmax_id", "argmax_class", "continuation", "continuation_class"]  # fmt: skip
+            "first_tokens_distinct", "argmax_id", "argmax_class", "divergent_argmax_id", "divergent_argmax_hit", "continuation", "continuation_class"]  # fmt: skip
     def plain(v):  # a cell as Python values; a missing number (a skipped row, a broken boundary) as None
         v = v.tolist() if hasattr(v, "tolist") else v
         if isinstance(v, list):
@@ -411,6 +411,7 @@ TOPK_ITEMS = [
     {"id": "colour", "prompt": "What colour is the sky on a clear day? Answer with one word.", "options": ["Blue", "The"]},
     {"id": "odd", "prompt": "Say a word.", "options": ["zygote", "quixotic"]},
     {"id": "wet", "prompt": "Answer yes or no: is water wet?", "options": ["Yes", "No"]},  # both in the top-20
+    {"id": "paren", "prompt": "Pick one: (A) yes or (B) no.", "options": [" (A)", " (B)"]},  # a shared " (": a divergent position after it
 ]
 
 
@@ -455,6 +456,11 @@ def test_readout_audit_over_a_server_that_lists_only_its_top_k_reads_intervals(p
         assert s_["score"] is None or np.isnan(s_["score"])  # no renormalised score without every option
         assert np.isnan(np.asarray(s_["option_first_probs"], dtype=float)).any()
         assert h["argmax_id"] == s_["argmax_id"] and h["continuation"] == s_["continuation"]
+    # App. C.5's divergent argmax, read again after the shared tokens from the server's top-1 listing
+    after = live & hf["option_mass_divergent"].notna() & (hf["option_mass_divergent"] != hf["option_mass"])
+    assert after.any()
+    for col in ("divergent_argmax_id", "divergent_argmax_hit"):
+        assert [None if pd.isna(v) else v for v in ls[col][live]] == [None if pd.isna(v) else v for v in hf[col][live]], col
     summary = json.loads((tmp_path / "listed" / "summary.json").read_text())
     got = {v: s_.get("mass_interval", 0) for v, s_ in summary["variants"].items()}
     assert sum(got.values()) == int(unlisted.sum())

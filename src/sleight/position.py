@@ -238,6 +238,12 @@ def fork_groups(seqs: Sequence[Sequence[int]], forks: int) -> tuple[list[list[in
     return prefixes, tails
 
 
+def read_ids(model: LanguageModel, seqs: Sequence[Sequence[int]], *, top_k: int = 1, listed: bool = False) -> list[NextToken]:
+    """The next position after each token sequence, in one batched read with no asked ids (a
+    position that is not a rendered context: a context and some tokens after it)."""
+    return _read_next(model, [list(s) for s in seqs], [[] for _ in seqs], top_k, 1, listed)
+
+
 def _read_next(model: LanguageModel, ctx_ids: list[list[int]], asked: list[list[int]], top_k: int, forks: int, listed: bool) -> list[NextToken]:
     """One batched read of every context's next position, each shared prefix once where the engine
     forks; ``listed``: through :class:`~sleight.backends.base.ListedReads` where the engine has it."""

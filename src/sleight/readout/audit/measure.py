@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from sleight.backends import LanguageModel
 from sleight.backends.base import SpecialTokens
-from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_positions, renormalise
+from sleight.position import OptionSetReading, PositionReading, distinct_mass, read_ids, read_positions, renormalise
 from sleight.readout.audit.checks import TopToken
 from sleight.readout.audit.classify import classify_continuation, classify_token, is_numeric
 from sleight.readout.audit.items import AuditItem
@@ -47,6 +47,8 @@ SCHEMA = pa.schema(
         ("option_mass", pa.float64()),
         ("option_mass_isolated", pa.float64()),
         ("option_mass_divergent", pa.float64()),
+        ("divergent_argmax_id", pa.int64()),
+        ("divergent_argmax_hit", pa.bool_()),
         ("option_mass_low", pa.float64()),
         ("option_mass_high", pa.float64()),
         ("first_token_ids", pa.list_(pa.int64())),
@@ -104,6 +106,8 @@ class MassColumns(TypedDict):
 
     option_mass_isolated: float | None
     option_mass_divergent: float | None
+    divergent_argmax_id: int | None
+    divergent_argmax_hit: bool | None
     option_mass_low: float | None
     option_mass_high: float | None
     isolated_first_token_ids: list[int]
@@ -145,6 +149,8 @@ class MeasuredColumns(OptionColumns):
     skip_reason: str | None
     option_mass_isolated: float | None
     option_mass_divergent: float | None
+    divergent_argmax_id: int | None
+    divergent_argmax_hit: bool | None
     option_mass_low: float | None
     option_mass_high: float | None
     isolated_first_token_ids: list[int] | None  # MassColumns', None where skipped
@@ -186,19 +192,52 @@ def shared_token_prefix(encodings: Sequence[Sequence[int]]) -> int:
     return k
 
 
-def divergent_mass(s: OptionSetReading) -> float | None:
-    """The options' mass after their shared leading tokens (the option mass when they share none);
-    None when the boundary is not preserved or an option *is* the shared prefix."""
+def divergent_prefix(s: OptionSetReading) -> tuple[int, ...] | None:
+    """The in-context tokens every option of ``s`` opens with (App. A's divergent position follows
+    them; empty where they share none); None when the boundary is not preserved or an option *is*
+    the shared prefix (no divergent position)."""
     if not s.boundary_preserved:
         return None
     encs = [e for e in s.encodings if e is not None]
     k = shared_token_prefix(encs)
+    if k and not all(len(e) > k for e in encs):
+        return None
+    return tuple(encs[0][:k]) if encs else ()
+
+
+def divergent_mass(s: OptionSetReading) -> float | None:
+    """The options' mass after their shared leading tokens (the option mass when they share none);
+    None when there is no divergent position (:func:`divergent_prefix`)."""
+    prefix = divergent_prefix(s)
+    k = 0 if prefix is None else len(prefix)
+    if prefix is None or (k and s.token_logprobs is None):
+        return None
     if k == 0:
         return s.mass
-    if s.token_logprobs is None or not all(len(e) > k for e in encs):
-        return None
-    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs) if toks is not None}
+    encs = [e for e in s.encodings if e is not None]
+    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs or ()) if toks is not None}
     return distinct_mass(list(after), after.__getitem__)
+
+
+def divergent_argmax(model: LanguageModel, readings: Sequence[PositionReading], *, listed: bool = False) -> list[int | None]:
+    """The unrestricted argmax at each reading's divergent position (its first option set's), whose
+    hits App. C.5 counts beside the divergent mass ("0 of 16 argmax hits"): the reading's own argmax
+    where the options share no leading token, else one batched read of the context and the shared
+    tokens (the scoring pass reports the options' tokens there, not the argmax); None where there is
+    no divergent position."""
+    prefixes = [divergent_prefix(r.option_sets[0]) for r in readings]
+    seqs = [r.context_ids + p for r, p in zip(readings, prefixes) if p]
+    after = iter(read_ids(model, seqs, listed=listed) if seqs else ())
+    return [None if p is None else int(next(after).top_ids[0]) if p else r.argmax_id for r, p in zip(readings, prefixes)]
+
+
+def divergent_hit(s: OptionSetReading, argmax_id: int | None) -> bool | None:
+    """Whether the argmax at the divergent position is one of the options' tokens there."""
+    prefix = divergent_prefix(s)
+    if prefix is None or argmax_id is None:
+        return None
+    k = len(prefix)
+    return argmax_id in {e[k] for e in s.encodings if e is not None and len(e) > k}
 
 
 # -- one reading as the audit's columns --------------------------------------------------------------
@@ -227,11 +266,14 @@ def position_columns(model: LanguageModel, pos: PositionReading, s: OptionSetRea
     )
 
 
-def mass_columns(s: OptionSetReading) -> MassColumns:
-    """The audit's further readings of option set ``s``'s mass."""
+def mass_columns(s: OptionSetReading, divergent_argmax_id: int | None) -> MassColumns:
+    """The audit's further readings of option set ``s``'s mass (``divergent_argmax_id``: the argmax
+    at its divergent position, :func:`divergent_argmax`)."""
     return MassColumns(
         option_mass_isolated=s.isolated_mass,
         option_mass_divergent=divergent_mass(s),
+        divergent_argmax_id=divergent_argmax_id,
+        divergent_argmax_hit=divergent_hit(s, divergent_argmax_id),
         option_mass_low=s.mass_bounds[0] if s.mass_bounds else None,
         option_mass_high=s.mass_bounds[1] if s.mass_bounds else None,
         isolated_first_token_ids=[t for t in s.isolated_ids if t is not None],
@@ -339,18 +381,19 @@ def measure(
         progress("scored positions")
     # listed: a server that lists its top-k alone gives an interval where an option is not among them
     readings = read_positions(model, [p.text for p in live], [[p.options] for p in live], top_k=TOP_TOKENS, score_options=True, listed=True)
+    div_argmax = divergent_argmax(model, readings, listed=True)
     if progress:
         progress("greedy continuations")
     texts = continuations(model, [r.context_ids for r in readings], _item_groups(live, max(1, rows_per_pass)), max_new_tokens)
 
     measured: dict[int, MeasuredColumns] = {}
-    for p, r, cont in zip(live, readings, texts):
+    for p, r, cont, div in zip(live, readings, texts, div_argmax):
         s = r.option_sets[0]
         pos = position_columns(model, r, s, letters=p.item.letters)
         c = classify_continuation(cont, options=p.item.options or (), letters=p.item.letters, choices=p.item.choices, echoes=_echoes(p.item))
         measured[id(p)] = MeasuredColumns(
             **option_columns(context_columns(p.text, r.context_ids), p.options, pos, cont, c.cls),
-            **mass_columns(s),
+            **mass_columns(s, div),
             skipped=False,
             skip_reason=None,
             score=renormalised_score(pos["option_logprobs"], p.item.options or (), p.item.score_scale),
@@ -366,7 +409,7 @@ def _skipped(p: Prepared) -> MeasuredColumns:
     """A skipped variant's columns: why it was skipped, the item's target, every measured column None."""
     return MeasuredColumns(
         **unread_columns(), skipped=True, skip_reason=p.skip, option_mass_isolated=None, option_mass_divergent=None,
-        option_mass_low=None, option_mass_high=None, isolated_first_token_ids=None, score=None, answer_then_grid=None,
+        divergent_argmax_id=None, divergent_argmax_hit=None, option_mass_low=None, option_mass_high=None, isolated_first_token_ids=None, score=None, answer_then_grid=None,
         grid_anywhere=None, continuation_on_task=None, target=p.item.target,
     )
 
