@@ -60,6 +60,34 @@ def test_appendix_c3_mass_extremes_are_two_cells():
     assert not any("4.64e-6" in n for n in t.notes)
 
 
+def test_appendix_c3_counts_and_named_rows_are_cells():
+    """App. C.3: the letter argmax "on 118 of these rows" (Figure 1: "58 of 60" with unrelated notes), and the
+    two exceptions it names by passage file, high1845.txt ('None' at 0.868) and high14114.txt ('0' at
+    0.99998), as cells, recomputed by hand through the readings' derived ``passage_file``. Nothing is
+    left in the notes."""
+    from sleight.readout.audit.measure import derived_columns
+
+    t = load_table("appendix-c3")
+    paper = t.paper["qwen3-4b"]
+    assert (paper["letter_count"], paper["unrelated_letter_count"]) == (118, 58)
+    assert round(paper["letter_count"] / paper["rows"], 5) == paper["letter"]  # the printed share, to its 5 digits
+    assert (paper["high1845_none"], paper["high1845_prob"], paper["high14114_zero"], paper["high14114_prob"]) == (1.0, 0.868, 1.0, 0.99998)
+    assert _spec(t, "high1845_prob") == ("probe", {"variant": "original", "passage_file": "high1845.txt"}, "median", "argmax_prob", None)
+    assert not t.notes
+
+    def row(item, token, prob, target):
+        return {"item_id": item, "variant": "original", "argmax_token": token, "argmax_prob": prob, "argmax_class": "answer_letter" if token.strip() in "ABCD" else "prose", "target": target}
+
+    rows = derived_columns([row("high1845.txt:2", "None", 0.868, 1.0), row("high14114.txt:0", "0", 0.99998, 0.0), row("high7.txt:1", " A", 0.9, 0.0), row("high8.txt:0", "B", 0.8, 1.0)])
+    assert [r["passage_file"] for r in rows] == ["high1845.txt", "high14114.txt", "high7.txt", "high8.txt"]
+    name = t.checkpoints[0].name
+    got = _cells(aggregate(t, t.checkpoints[:1], {name: {"probe": rows}}), name)
+    assert (got["letter_count"], got["unrelated_letter_count"]) == (2, 1)
+    assert (got["high1845_none"], got["high1845_prob"], got["high14114_zero"], got["high14114_prob"]) == (1.0, 0.868, 1.0, 0.99998)
+    absent = _cells(aggregate(t, t.checkpoints[:1], {name: {"probe": rows[2:]}}), name)  # data without the named items: no value, not 0
+    assert all(absent[k] != absent[k] for k in ("high1845_none", "high1845_prob", "high14114_zero", "high14114_prob"))
+
+
 def test_appendix_c1_falcons_winning_probability_range_is_three_cells():
     """App. C.1: "With the answer stem, falcon's argmax is '90' on 49 of 64 items and '10' on the other 15;
     its winning probabilities range from 0.1225 to 0.3147, with median 0.2133": the argmax token's own
@@ -190,6 +218,7 @@ def test_c4_and_table6_cells_are_the_runs_readings(model, tmp_path):
     assert got["table6"]["stem_in_context_min"] == min(r["option_mass"] for r in stem if r["option_mass"] is not None)
     assert got["table6"]["stem_hits"] == sum(r["argmax_class"] == "option" for r in stem)
     assert got["table6"]["hits"] == sum(r["argmax_class"] == "option" for r in orig)
+    assert got["table6"]["stem_divergent_hits"] == sum(r["divergent_argmax_hit"] is True for r in stem)
     for digit in ("7", "3", "5"):
         assert got["table6"][f"stem_argmax_{digit}"] == sum(token_rules.bare_token(r["argmax_token"]) == digit for r in stem)
     # App. A's 64-item run, cut to the same first items by the limit: the same stemmed readings as the probe's

@@ -447,6 +447,7 @@ DERIVED: tuple[str, ...] = (
     "variant_isolated_equal",
     "variant_class_check",
     "variant_mass_factor",
+    "passage_file",
 )
 
 
@@ -458,6 +459,12 @@ def opens_with(continuation: str | None, token: str | None) -> bool | None:
         return None
     t = token.strip()
     return continuation.lstrip().startswith(t) if t else (not continuation or continuation[0].isspace())
+
+
+def passage_file(item_id: str | None) -> str | None:
+    """A RACE item's passage file, its id before ``:`` (``high1845.txt:0``; :mod:`sleight.readout.data.race`);
+    None for an id without one."""
+    return str(item_id).rpartition(":")[0] or None if item_id is not None else None
 
 
 def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR) -> list[dict[str, Any]]:
@@ -477,7 +484,10 @@ def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR
     (isolated and in-context masses equal on every item, App. C.1), ``variant_class_check`` (App. D's
     token-class check for its ending; None for an ending the rule does not predict) and
     ``variant_mass_factor`` (its median mass over the median of the same form with the item's own
-    instruction, App. D's deletion factor)."""
+    instruction, App. D's deletion factor).
+
+    ``passage_file``: a RACE item's passage file (its id before ``:``, ``high1845.txt``), by which the
+    paper names single items (App. C.3's two exceptions), so a column can select one."""
     from sleight.readout.audit import judge, token_rules
     from sleight.readout.audit.composed import variant_cell
 
@@ -502,6 +512,7 @@ def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR
             opening_word=token_rules.opening_word_match(token, ending) if measured and ending in token_rules.SUBSTITUTES and ending != "empty" else None,
             mass_argmax_disagree=None if not measured or above is None else above != on_option,
             argmax_opens=opens_with(cont, token) if measured else None,
+            passage_file=passage_file(row.get("item_id")),
             bare_number=judge.is_bare_number(cont) if measured and cont is not None else None,
             counted_class=(
                 judge.counted_class(judge.RULE_TO_JURY.get(str(row.get("continuation_class")), "other"), cont) if measured and cont is not None else None
