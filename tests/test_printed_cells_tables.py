@@ -105,6 +105,18 @@ def test_table14_stem_cells_and_summaries_by_hand():
     assert got["stem_below"] == (sum(m < 0.5 for m in medians), 16) and got["stem_letters"] == (counts, 16)
 
 
+def test_s1_letter_a_is_a_cell_as_printed():
+    """App. C.2: under S1 Mistral has a letter at the argmax on 57 of 64 items (Table 14), "with A the modal
+    token on 18": the S1 run's letter rows whose bare argmax (the conditions run's ``argmax_bare``) is A."""
+    t = load_table("table14")
+    col = _column(t, "s1_letter_a")
+    assert (col.run, dict(col.where), col.stat, col.column, col.equals) == ("s1", {"variant": "original", "letter": True}, "count", "argmax_bare", "A")
+    assert (t.paper["mistral-7b"]["s1_letters"], t.paper["mistral-7b"]["s1_letter_a"]) == (57, 18)
+    rows = [{"variant": "original", "letter": True, "argmax_bare": b} for b in "AABCA"] + [{"variant": "original", "letter": False, "argmax_bare": "None"}]
+    rows += [{"variant": "stem", "letter": True, "argmax_bare": "A"}]  # another ending: not counted
+    assert stat_cell(rows, col).estimate == 3
+
+
 def test_below_summary_counts_cells_under_the_floor():
     """``how: below`` counts the defined cells under 0.5 (§3's floor); an undefined cell is not counted."""
     from sleight.readout.reproduce.aggregate import Cell, TableRow, summary_cell

@@ -191,6 +191,18 @@ def test_c2_cells_are_the_controls_readings(tables):
     assert (got["letter"], got["letter_deleted"], got["letter_space"]) == (letters("original"), letters("deleted_instruction"), letters("space"))
     assert got["digit_space"] == sum(token_rules.token_class(r["argmax_token"]) == "digit" for r in by["space"])
     assert got["grid_space"] == sum(r["argmax_class"] == "option" for r in by["space"])
+    # App. C.2's histogram of Mistral's argmax classes as counts: 30 letters and 4 prose words at the original ending,
+    # one letter deleted and one with the separator supplied
+    def count(v, cls):
+        return sum(token_rules.token_class(r["argmax_token"]) == cls for r in by[v])
+
+    assert (got["letters"], got["prose"], got["letters_deleted"], got["letters_space"]) == (
+        count("original", "answer_letter"), count("original", "prose"), count("deleted_instruction", "answer_letter"), count("space", "answer_letter"))
+    from sleight.readout.reproduce import load_table
+
+    mistral = load_table("appendix-c2").paper["mistral-7b"]
+    assert (mistral["letters"], mistral["whitespace"], mistral["prose"]) == (30, 30, 4) and round(mistral["letters"] / 64, 3) == mistral["letter"]
+    assert (mistral["letters_deleted"], mistral["whitespace_deleted"], mistral["letters_space"], mistral["digit_space"]) == (1, 63, 1, 63)
     endings = {"space": "instruction", **{f"space+substituted:{k}": k for k in SUBSTITUTES}}
     fails = sum(not token_rules.token_class_check([r["argmax_token"] for r in by[v]], e) for v, e in endings.items())
     assert got["class_failures_space"] == fails

@@ -78,6 +78,7 @@ def condition_rows(ctx: RunContext) -> Rows:
     from sleight.readout.audit.conditions import FIXED_NOTE, N1_NOTE_WORDS, condition_items, holding, letter_columns
     from sleight.readout.audit.notes import NOTE_MAX_NEW_TOKENS
     from sleight.readout.audit.run import AuditConfig
+    from sleight.readout.audit.token_rules import bare_token
 
     s = ctx.spec.settings
     condition = str(s["condition"])
@@ -100,6 +101,7 @@ def condition_rows(ctx: RunContext) -> Rows:
         token = r.get("argmax_token")
         r.update(condition=condition, note_writer=writer)
         r.update(letter_columns(str(token), letters[r["item_id"]], r.get("continuation")) if token is not None else dict.fromkeys(("letter", "letter_pull", "prose_opening"), False))
+        r["argmax_bare"] = bare_token(str(token)) if token is not None else None  # which letter (App. C.2: "A modal on 18" under S1)
     held = holding([r for r in rows if r["variant"] == "original"], [r for r in rows if r["variant"] == "stem"])
     for r in rows:
         r.update({k: float(v) for k, v in held.items()})
@@ -110,7 +112,7 @@ def _columns() -> tuple[str, ...]:
     from sleight.readout.audit.conditions import HOLDING
     from sleight.readout.audit.measure import SCHEMA
 
-    return (*SCHEMA.names, "condition", "note_writer", "letter", "letter_pull", "prose_opening", *HOLDING)
+    return (*SCHEMA.names, "condition", "note_writer", "letter", "letter_pull", "prose_opening", "argmax_bare", *HOLDING)
 
 
 def _values() -> dict[str, tuple[str, ...]]:
