@@ -191,6 +191,34 @@ def test_c1_and_d_cells_and_summary_by_hand():
     assert s.value == max(letters.values()) / 8 and s.n == len(d.checkpoints)
 
 
+def test_c1_disagreements_by_direction_and_their_sum_by_hand():
+    """App. C.1: SmolLM2's production prompt puts an option at the argmax on 6 items under half the mass and
+    a letter there on 2 above it; falcon's 5 stemmed disagreements are options under half; §5 / C.1: 13 of
+    the 1024 readings disagree, the sum over the eight checkpoints' two prompts."""
+    t = load_table("appendix-c1")
+    smol, falcon = t.paper["smollm2-1.7b"], t.paper["falcon-7b"]
+    assert (smol["disagree_production"], smol["disagree_production_option"], smol["disagree_production_letter"]) == (8, 6, 2)
+    assert (falcon["disagree_stemmed"], falcon["disagree_stemmed_option"]) == (5, 5)
+    (summary,) = [s for s in t.summaries if s.key == "disagree_all"]
+    assert (summary.columns, summary.how, summary.paper) == (("disagree_production", "disagree_stemmed"), "sum", 13)
+    assert sum(t.paper[ck.name].get(k, 0) for ck in t.checkpoints for k in summary.columns) == 13 and len(t.checkpoints) * 2 * 64 == 1024
+    assert not any("1024" in n for n in t.notes)
+
+    def rows(option_under, letter_above, agree):
+        out = [{"variant": "original", "mass_argmax_disagree": True, "argmax_class": "option"}] * option_under
+        out += [{"variant": "original", "mass_argmax_disagree": True, "argmax_class": "answer_letter"}] * letter_above
+        out += [{"variant": "original", "mass_argmax_disagree": False, "argmax_class": "answer_letter"}] * agree
+        return out + [{"variant": "stem", "mass_argmax_disagree": True, "argmax_class": "option"}]  # one stemmed disagreement each
+
+    readings = {t.checkpoints[0].name: {"grid": rows(6, 2, 3)}, t.checkpoints[1].name: {"grid": rows(1, 0, 9)}}
+    table = aggregate(t, t.checkpoints[:2], readings)
+    first, second = (_cells(table, ck.name) for ck in t.checkpoints[:2])
+    assert (first["disagree_production"], first["disagree_production_option"], first["disagree_production_letter"], first["disagree_stemmed_option"]) == (8, 6, 2, 1)
+    assert (second["disagree_production"], second["disagree_production_option"], second["disagree_production_letter"]) == (1, 1, 0)
+    (got,) = [s for s in table.summaries if s.summary.key == "disagree_all"]
+    assert got.value == 8 + 1 + 1 + 1  # both checkpoints' production and stemmed disagreements
+
+
 @pytest.mark.slow
 def test_c4_and_table6_cells_are_the_runs_readings(model, tmp_path):
     """App. C.4 and C.5: the fenced mass's minimum and maximum, Eq. 2's stemmed minimum, the argmax hits
