@@ -228,7 +228,13 @@ def divergent_argmax(model: LanguageModel, readings: Sequence[PositionReading], 
     prefixes = [divergent_prefix(r.option_sets[0]) for r in readings]
     seqs = [r.context_ids + p for r, p in zip(readings, prefixes) if p]
     after = iter(read_ids(model, seqs, listed=listed) if seqs else ())
-    return [None if p is None else int(next(after).top_ids[0]) if p else r.argmax_id for r, p in zip(readings, prefixes)]
+    out: list[int | None] = []
+    for r, p in zip(readings, prefixes):
+        if p is None:
+            out.append(None)
+        else:
+            out.append(int(next(after).top_ids[0]) if p else r.argmax_id)
+    return out
 
 
 def divergent_hit(s: OptionSetReading, argmax_id: int | None) -> bool | None:
