@@ -207,15 +207,17 @@ def divergent_prefix(s: OptionSetReading) -> tuple[int, ...] | None:
 
 def divergent_mass(s: OptionSetReading) -> float | None:
     """The options' mass after their shared leading tokens (the option mass when they share none);
-    None when there is no divergent position (:func:`divergent_prefix`)."""
+    None when there is no divergent position (:func:`divergent_prefix`) or its tokens were not scored."""
     prefix = divergent_prefix(s)
-    k = 0 if prefix is None else len(prefix)
-    if prefix is None or (k and s.token_logprobs is None):
+    if prefix is None:
         return None
-    if k == 0:
+    if not prefix:
         return s.mass
+    if s.token_logprobs is None:
+        return None
+    k = len(prefix)
     encs = [e for e in s.encodings if e is not None]
-    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs or ()) if toks is not None}
+    after = {e[k]: toks[k] for e, toks in zip(encs, s.token_logprobs) if toks is not None}
     return distinct_mass(list(after), after.__getitem__)
 
 
@@ -467,12 +469,6 @@ def opens_with(continuation: str | None, token: str | None) -> bool | None:
     return continuation.lstrip().startswith(t) if t else (not continuation or continuation[0].isspace())
 
 
-def passage_file(item_id: str | None) -> str | None:
-    """A RACE item's passage file, its id before ``:`` (``high1845.txt:0``; :mod:`sleight.readout.data.race`);
-    None for an id without one."""
-    return str(item_id).rpartition(":")[0] or None if item_id is not None else None
-
-
 def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR) -> list[dict[str, Any]]:
     """The readings with the paper's App. C/D readings added (:data:`DERIVED`), in their order.
 
@@ -496,6 +492,7 @@ def derived_columns(rows: Sequence[Mapping[str, Any]], floor: float = MASS_FLOOR
     paper names single items (App. C.3's two exceptions), so a column can select one."""
     from sleight.readout.audit import judge, token_rules
     from sleight.readout.audit.composed import variant_cell
+    from sleight.readout.data.race import passage_file
 
     out = []
     by_variant: dict[str, list[dict[str, Any]]] = {}

@@ -91,6 +91,14 @@ def race_rows_to_records(rows: Sequence[Mapping[str, object]], split: str = "tes
     return out
 
 
+def passage_file(item_id: str | None) -> str | None:
+    """The passage file of an item id :func:`race_rows_to_records` made (``high1845.txt:0`` ->
+    ``high1845.txt``), by which the paper names single items; None for an id without one."""
+    if item_id is None:
+        return None
+    return str(item_id).rpartition(":")[0] or None
+
+
 def passage_md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
